@@ -1,0 +1,19 @@
+"""filegroup: a name for a set of files, as in Bazel."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from kiln.analysis import LabelListAttr, Rule, RuleAttrs
+
+
+class FilegroupAttrs(RuleAttrs):
+    srcs: LabelListAttr = Field(default_factory=list)
+    data: LabelListAttr = Field(default_factory=list)
+
+
+RULE = Rule(
+    name="filegroup",
+    attrs=FilegroupAttrs,
+    doc="Gives a set of files (sources or outputs of other rules) one label.",
+)

@@ -1,0 +1,68 @@
+"""Attribute schemas: the typed keyword arguments of every rule.
+
+Each rule declares a pydantic model deriving from RuleAttrs. Values arrive
+from Starlark as plain Python data; the model rejects unknown attributes,
+wrong types (strictly: "1" is not an int) and missing mandatory ones.
+
+Attributes that hold labels are marked with LabelAttr / LabelListAttr so
+loading can resolve them against the package and add graph edges; attributes
+naming files a rule creates are marked with OutputListAttr.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Marker:
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __repr__(self) -> str:
+        return f"<{self.kind}>"
+
+
+LABEL = _Marker("label")
+OUTPUT = _Marker("output")
+
+LabelAttr = Annotated[str, LABEL]
+LabelListAttr = Annotated[list[str], LABEL]
+OutputAttr = Annotated[str, OUTPUT]
+OutputListAttr = Annotated[list[str], OUTPUT]
+
+
+class RuleAttrs(BaseModel):
+    """Attributes every rule has, as in Bazel."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    name: str
+    visibility: list[str] | None = None
+    tags: list[str] = Field(default_factory=list)
+    testonly: bool = False
+    deprecation: str | None = None
+
+    @classmethod
+    def fields_marked(cls, marker: _Marker) -> tuple[str, ...]:
+        """Names of the attributes annotated with `marker` (LABEL or OUTPUT)."""
+        key = (cls, marker.kind)
+        if key not in _MARKED:
+            _MARKED[key] = tuple(
+                name for name, info in cls.model_fields.items() if marker in info.metadata
+            )
+        return _MARKED[key]
+
+
+_MARKED: dict[tuple[type[RuleAttrs], str], tuple[str, ...]] = {}
+
+
+def example_value(annotation: Any) -> str:
+    """A short name for an attribute's type, for error messages."""
+    origin = getattr(annotation, "__origin__", None)
+    if origin is Annotated:
+        return example_value(annotation.__args__[0])
+    return getattr(annotation, "__name__", str(annotation))

@@ -1,0 +1,40 @@
+"""kiln query EXPRESSION: Bazel's query language over the target graph."""
+
+from __future__ import annotations
+
+import click
+
+from kiln.cli.session import Session
+from kiln.loading.loader import PackageLoader
+from kiln.query import output, parser
+from kiln.query.engine import QueryEngine
+
+
+@click.command("query")
+@click.argument("expression")
+@click.option(
+    "--output",
+    "fmt",
+    type=click.Choice(output.FORMATS),
+    default="label",
+    show_default=True,
+    help="label, label_kind, build (as written in BUILD files), json, graph (Graphviz DOT)",
+)
+@click.option("--verbose_failures", is_flag=True, help="Show the Starlark stack of errors.")
+@click.pass_obj
+def command(session: Session, expression: str, fmt: str, verbose_failures: bool) -> int:
+    """Evaluate a query EXPRESSION such as 'deps(//models:resnet_pt2)'."""
+    del verbose_failures  # read by main() for error formatting
+    expr = parser.parse(expression)
+    loader = PackageLoader(session.workspace, session.graph_cache_file)
+    try:
+        engine = QueryEngine(loader, session.working_package)
+        result = engine.evaluate(expr)
+    finally:
+        loader.save()
+    labels = sorted(result)
+    text = output.render(fmt, labels, engine.target, loader.location_of)
+    click.echo(text, nl=False)
+    if not labels:
+        click.echo("INFO: empty results", err=True)
+    return 0

@@ -1,0 +1,173 @@
+"""`.kilnrc` files, read the way Bazel reads `.bazelrc`.
+
+Each line is `command[:config] args...`; `#` starts a comment; `import PATH`
+and `try-import PATH` pull in other files (`%workspace%` names the root).
+Options of `command` apply to that command and to the commands inheriting
+from it (`test` from `build`, ...); `common` lines apply to every command,
+which silently ignores those it does not know. Lines with a `:config` apply
+only when `--config=config` is given, at the place it is given.
+
+Files read, in order (later ones win): `<workspace>/.kilnrc`, `~/.kilnrc`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.errors import KilnError, Location
+
+# command -> the commands whose rc options it also takes, most general first
+INHERITS: dict[str, tuple[str, ...]] = {
+    "build": (),
+    "test": ("build",),
+    "clean": ("build",),
+    "info": ("build",),
+    "query": (),
+}
+
+
+class RcError(KilnError):
+    pass
+
+
+@dataclass(frozen=True)
+class RcLine:
+    command: str
+    config: str | None
+    args: tuple[str, ...]
+    location: Location
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One command-line word, and where it came from (None: the command line)."""
+
+    text: str
+    origin: Location | None = None
+    common: bool = False  # from a `common` line: dropped if the command does not know it
+
+
+def read(path: Path, workspace: Path | None, *, _seen: tuple[Path, ...] = ()) -> list[RcLine]:
+    if path in _seen:
+        raise RcError(f"rc file {path} imports itself (through {' -> '.join(map(str, _seen))})")
+    text = path.read_text()
+    lines: list[RcLine] = []
+    for number, raw in enumerate(_logical_lines(text), start=1):
+        if raw is None:
+            continue
+        location = Location(str(path), number)
+        try:
+            words = shlex.split(raw, comments=True)
+        except ValueError as error:
+            raise RcError(f"cannot parse this line: {error}", location=location) from None
+        if not words:
+            continue
+        head, rest = words[0], tuple(words[1:])
+        if head in ("import", "try-import"):
+            if len(rest) != 1:
+                raise RcError(f"'{head}' takes exactly one path", location=location)
+            target = _substitute(rest[0], workspace, location)
+            if not target.is_file():
+                if head == "try-import":
+                    continue
+                raise RcError(f"imported rc file {target} does not exist", location=location)
+            lines += read(target, workspace, _seen=(*_seen, path))
+            continue
+        command, _, config = head.partition(":")
+        if command not in INHERITS and command != "common":
+            known = ", ".join(["common", *INHERITS])
+            raise RcError(f"unknown command '{command}' (known: {known})", location=location)
+        if config == "" and ":" in head:
+            raise RcError(f"empty config name in '{head}'", location=location)
+        lines.append(RcLine(command, config or None, rest, location))
+    return lines
+
+
+def _logical_lines(text: str) -> Iterable[str | None]:
+    """Lines with backslash continuations joined; None keeps physical line numbers."""
+    pending = ""
+    for line in text.splitlines():
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            yield None
+            continue
+        yield pending + line
+        pending = ""
+    if pending:
+        yield pending
+
+
+def _substitute(path: str, workspace: Path | None, location: Location) -> Path:
+    if "%workspace%" in path:
+        if workspace is None:
+            raise RcError("%workspace% used outside a workspace", location=location)
+        path = path.replace("%workspace%", str(workspace))
+    return Path(os.path.expanduser(path))
+
+
+def rc_files(workspace: Path | None, *, workspace_rc: bool, home_rc: bool) -> list[Path]:
+    files: list[Path] = []
+    if workspace_rc and workspace is not None and (workspace / ".kilnrc").is_file():
+        files.append(workspace / ".kilnrc")
+    home = Path(os.path.expanduser("~")) / ".kilnrc"
+    if home_rc and home.is_file() and home not in files:
+        files.append(home)
+    return files
+
+
+def expand(command: str, cli_args: list[str], lines: list[RcLine]) -> list[Arg]:
+    """The command's full argument list: rc options first, then the command line.
+
+    Every `--config=NAME` (from the command line or an rc line) is replaced,
+    where it stands, by the options of the `cmd:NAME` lines.
+    """
+    applicable = ("common", *INHERITS.get(command, ()), command)
+
+    def lines_for(config: str | None) -> list[RcLine]:
+        return [ln for ln in lines if ln.command in applicable and ln.config == config]
+
+    def expand_words(words: Iterable[Arg], stack: tuple[str, ...]) -> list[Arg]:
+        out: list[Arg] = []
+        words = list(words)
+        i = 0
+        while i < len(words):
+            word = words[i]
+            name: str | None = None
+            if word.text.startswith("--config="):
+                name = word.text.split("=", 1)[1]
+            elif word.text == "--config" and i + 1 < len(words):
+                i += 1
+                name = words[i].text
+            if name is None:
+                out.append(word)
+            else:
+                out += expand_config(name, word.origin, stack)
+            i += 1
+        return out
+
+    def expand_config(name: str, origin: Location | None, stack: tuple[str, ...]) -> list[Arg]:
+        if name in stack:
+            raise RcError(
+                f"config '{name}' expands to itself ({' -> '.join([*stack, name])})",
+                location=origin,
+            )
+        selected = lines_for(name)
+        if not selected:
+            raise RcError(
+                f"config value '{name}' is not defined in any .kilnrc file "
+                f"for the '{command}' command",
+                location=origin,
+                hint=f"add a line such as '{command}:{name} --keep_going' to .kilnrc",
+            )
+        return expand_words(_args(selected), (*stack, name))
+
+    base = expand_words(_args(lines_for(None)), ())
+    return base + expand_words((Arg(a) for a in cli_args), ())
+
+
+def _args(lines: list[RcLine]) -> list[Arg]:
+    return [Arg(a, ln.location, ln.command == "common") for ln in lines for a in ln.args]

@@ -1,0 +1,124 @@
+"""Loading .bzl files: evaluated once per process, frozen, shared by every BUILD file.
+
+`load("//tools:macros.bzl", "m", alias = "other")` is resolved relative to
+the file that loads it. In a .bzl file `def` is allowed and the rules are
+reached as `native.<rule>`, as in Bazel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import starlark as sl
+
+from kiln.errors import KilnError, LabelError, Location, LoadingError
+from kiln.label import Label
+from kiln.loading import natives, starlark_errors
+from kiln.loading.package import FileStamp
+from kiln.loading.workspace import Workspace
+
+
+def build_dialect() -> sl.Dialect:
+    dialect = sl.Dialect.standard()
+    dialect.enable_def = False
+    dialect.enable_lambda = False
+    dialect.enable_top_level_stmt = False  # no top-level if/for in BUILD files, as in Bazel
+    dialect.enable_load = True
+    return dialect
+
+
+def bzl_dialect() -> sl.Dialect:
+    dialect = sl.Dialect.standard()
+    dialect.enable_def = True
+    dialect.enable_lambda = True
+    dialect.enable_load = True
+    return dialect
+
+
+class BzlLoader:
+    """Evaluates and caches .bzl modules; remembers which files each one read."""
+
+    def __init__(self, workspace: Workspace, table: dict[str, Callable[..., Any]]):
+        self.workspace = workspace
+        self.table = table
+        self.globals = sl.Globals.extended_by([sl.LibraryExtension.StructType])
+        self.modules: dict[str, sl.FrozenModule] = {}
+        self.files: dict[str, frozenset[str]] = {}  # .bzl label -> files it and its loads read
+        self._loading: list[str] = []
+        self.stamps: dict[str, FileStamp] = {}  # .bzl path -> its stamp when read
+        # The error behind the StarlarkError that a failing load() callback causes.
+        self.pending: KilnError | None = None
+        self._native_source = "native = struct({})\n".format(
+            ", ".join(f"{name} = {name}" for name in sorted(table))
+        )
+
+    def resolve(self, module_id: str, from_package: str, from_file: str) -> Label:
+        try:
+            label = Label.parse(module_id, from_package)
+        except LabelError as error:
+            raise LoadingError(
+                f"invalid load() label: {error.message}", location=Location(from_file)
+            ) from None
+        if not label.name.endswith(".bzl"):
+            raise LoadingError(
+                f"load() of '{module_id}': only .bzl files can be loaded",
+                location=Location(from_file),
+            )
+        return label
+
+    def file_loader(
+        self, from_package: str, from_file: str, read: set[str]
+    ) -> sl.FileLoader:
+        """A FileLoader for one file's load() statements; adds what it reads to `read`."""
+
+        def load(module_id: str) -> sl.FrozenModule:
+            try:
+                label = self.resolve(module_id, from_package, from_file)
+                module = self.load(label)
+            except KilnError as error:
+                self.pending = error
+                raise
+            read.update(self.files[str(label)])
+            return module
+
+        return sl.FileLoader(load)
+
+    def load(self, label: Label) -> sl.FrozenModule:
+        key = str(label)
+        if key in self.modules:
+            return self.modules[key]
+        if key in self._loading:
+            cycle = " -> ".join([*self._loading[self._loading.index(key) :], key])
+            raise LoadingError(f"cycle in load() statements: {cycle}")
+        rel = f"{label.package}/{label.name}" if label.package else label.name
+        self.stamps[rel] = FileStamp.of(str(self.workspace.root), rel)
+        try:
+            source = self.workspace.path(rel).read_text()
+        except (FileNotFoundError, IsADirectoryError):
+            raise LoadingError(f"cannot load '{key}': file {rel} does not exist") from None
+        self._loading.append(key)
+        read = {rel}
+        try:
+            module = sl.Module()
+            natives.add_to(module, self.table)
+            sl.eval(module, sl.parse("<prelude>", self._native_source, bzl_dialect()), self.globals)
+            ast = sl.parse(rel, source, bzl_dialect())
+            sl.eval(module, ast, self.globals, self.file_loader(label.package, rel, read))
+            frozen = module.freeze()
+        except sl.StarlarkError as error:
+            raise self._translate(error) from None
+        finally:
+            self._loading.pop()
+        self.modules[key] = frozen
+        self.files[key] = frozenset(read)
+        return frozen
+
+    def take_pending(self) -> KilnError | None:
+        pending, self.pending = self.pending, None
+        return pending
+
+    def _translate(self, error: sl.StarlarkError) -> KilnError:
+        return self.take_pending() or starlark_errors.to_loading_error(
+            str(error), sorted(self.table)
+        )

@@ -1,0 +1,89 @@
+"""glob() for BUILD files: Bazel's semantics, over one package's directory tree.
+
+`*` matches within one path segment, `**` any number of whole segments, `?`
+one character. Directories are not matched, and the search never enters a
+subdirectory that is a package of its own (it has a BUILD file).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from kiln.loading.workspace import BUILD_FILES
+
+
+@lru_cache(maxsize=512)
+def _compile(pattern: str) -> re.Pattern[str]:
+    parts: list[str] = []
+    segments = pattern.split("/")
+    for i, segment in enumerate(segments):
+        last = i == len(segments) - 1
+        if segment == "**":
+            parts.append("(?:.*/)?" if not last else ".*")
+            continue
+        regex = ""
+        for char in segment:
+            if char == "*":
+                regex += "[^/]*"
+            elif char == "?":
+                regex += "[^/]"
+            else:
+                regex += re.escape(char)
+        parts.append(regex + ("" if last else "/"))
+    return re.compile("".join(parts) + r"\Z")
+
+
+def check_pattern(pattern: str) -> str | None:
+    """Why `pattern` is not a valid glob pattern, or None."""
+    if not pattern:
+        return "empty glob pattern"
+    if pattern.startswith("/") or pattern.endswith("/"):
+        return f"glob pattern '{pattern}' may not start or end with '/'"
+    if any(seg in (".", "..") for seg in pattern.split("/")):
+        return f"glob pattern '{pattern}' may not contain '.' or '..' segments"
+    if any("**" in seg and seg != "**" for seg in pattern.split("/")):
+        return f"glob pattern '{pattern}': '**' must be a whole path segment"
+    return None
+
+
+def glob(
+    package_dir: Path, include: list[str], exclude: list[str]
+) -> tuple[list[str], list[str]]:
+    """Files under `package_dir` matching `include` and not `exclude`, sorted.
+
+    Returns (matches, directories listed) with paths relative to package_dir.
+    """
+    files, listed = _list_files(package_dir)
+    inc = [_compile(p) for p in include]
+    exc = [_compile(p) for p in exclude]
+    matches = [
+        path
+        for path in files
+        if any(r.match(path) for r in inc) and not any(r.match(path) for r in exc)
+    ]
+    return sorted(matches), listed
+
+
+def _list_files(package_dir: Path) -> tuple[list[str], list[str]]:
+    files: list[str] = []
+    listed: list[str] = []
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        try:
+            entries = list(os.scandir(package_dir / rel if rel else package_dir))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        listed.append(rel)  # also for subpackages: a BUILD file vanishing changes our matches
+        if rel and any(entry.name in BUILD_FILES for entry in entries):
+            continue  # a subpackage: its files are not ours
+        for entry in entries:
+            path = f"{rel}/{entry.name}" if rel else entry.name
+            if entry.is_dir():
+                stack.append(path)
+            else:
+                files.append(path)
+    return files, listed

@@ -1,0 +1,162 @@
+"""The target graph: every target reachable from the requested ones, checked.
+
+Building it loads each package the closure touches, turns references to
+plain files into source-file targets, and rejects dangling references and
+dependency cycles, each with the file, line and label of the referring
+target.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+
+from kiln.errors import KilnError, LoadingError
+from kiln.loading.loader import NoSuchPackage, PackageLoader
+from kiln.loading.package import SOURCE_FILE, Target
+from kiln.loading.workspace import BUILD_FILES
+
+
+@dataclass
+class TargetGraph:
+    targets: dict[str, Target]  # label -> target, for the whole closure
+    roots: list[str]
+    _rdeps: dict[str, list[str]] | None = field(default=None, repr=False)
+
+    def rdeps(self) -> dict[str, list[str]]:
+        if self._rdeps is None:
+            reverse: dict[str, list[str]] = {label: [] for label in self.targets}
+            for label, target in self.targets.items():
+                for dep in target.deps:
+                    reverse[dep].append(label)
+            self._rdeps = reverse
+        return self._rdeps
+
+
+def split(label: str) -> tuple[str, str]:
+    colon = label.index(":")
+    return label[2:colon], label[colon + 1 :]
+
+
+class GraphBuilder:
+    def __init__(self, loader: PackageLoader):
+        self.loader = loader
+        self.root = str(loader.workspace.root)
+
+    def build(self, roots: list[str]) -> TargetGraph:
+        targets: dict[str, Target] = {}
+        for root in roots:
+            if root not in targets:
+                targets[root] = self.resolve(root, None)
+        stack = list(roots)
+        while stack:
+            target = targets[stack.pop()]
+            for dep in target.deps:
+                if dep not in targets:
+                    targets[dep] = self.resolve(dep, target)
+                    stack.append(dep)
+        self._check_cycles(targets, roots)
+        return TargetGraph(targets, roots)
+
+    def resolve(self, label: str, referrer: Target | None) -> Target:
+        package_name, name = split(label)
+        try:
+            package = self.loader.package(package_name)
+        except NoSuchPackage as error:
+            if referrer is None:
+                raise
+            raise self._error(referrer, f"{self._attr(referrer, label)}: {error.message}") from None
+        found = package.targets.get(name)
+        if found is not None:
+            return found
+        path = os.path.join(self.root, package_name, name)
+        if os.path.isfile(path):
+            crossing = self._subpackage_of(package_name, name)
+            if crossing is not None and referrer is not None:
+                raise self._error(
+                    referrer,
+                    f"{self._attr(referrer, label)}: '{name}' crosses into package "
+                    f"'{crossing}'",
+                    hint=f"refer to it as '//{crossing}:{self._below(crossing, package_name, name)}'",
+                )
+            return Target(label, SOURCE_FILE, {}, ())
+        close = difflib.get_close_matches(name, list(package.targets), n=1)
+        hint = f"did you mean '{close[0]}'?" if close else None
+        if referrer is None:
+            raise LoadingError(
+                f"no such target '{label}': package '{package_name}' declares no target "
+                f"'{name}' and has no file of that name",
+                hint=hint,
+            )
+        looks_like_file = "." in name.rsplit("/", 1)[-1]
+        what = "missing input file" if looks_like_file else "no such target"
+        raise self._error(
+            referrer,
+            f"{self._attr(referrer, label)}: {what} '{label}' (package '{package_name}' "
+            f"declares no target '{name}' and has no file of that name)",
+            hint=hint,
+        )
+
+    def _subpackage_of(self, package: str, name: str) -> str | None:
+        parts = name.split("/")[:-1]
+        for i in range(len(parts), 0, -1):
+            sub = "/".join(filter(None, [package, *parts[:i]]))
+            if any(os.path.isfile(os.path.join(self.root, sub, b)) for b in BUILD_FILES):
+                return sub
+        return None
+
+    @staticmethod
+    def _below(subpackage: str, package: str, name: str) -> str:
+        full = f"{package}/{name}" if package else name
+        return full[len(subpackage) + 1 :]
+
+    @staticmethod
+    def _attr(referrer: Target, label: str) -> str:
+        for attr, value in referrer.attrs.items():
+            if value == label or (isinstance(value, list) and label in value):
+                return f"attribute '{attr}' refers to '{label}'"
+        return f"reference to '{label}'"
+
+    def _error(self, referrer: Target, message: str, hint: str | None = None) -> KilnError:
+        return LoadingError(
+            message,
+            location=self.loader.location_of(referrer),
+            label=referrer.label,
+            hint=hint,
+        )
+
+    def _check_cycles(self, targets: dict[str, Target], roots: list[str]) -> None:
+        done: set[str] = set()
+        for root in roots:
+            if root in done:
+                continue
+            # Iterative DFS: the path is the current chain of (label, next dep index).
+            path: list[tuple[str, int]] = [(root, 0)]
+            on_path = {root}
+            while path:
+                label, i = path[-1]
+                deps = targets[label].deps
+                if i == len(deps):
+                    path.pop()
+                    on_path.discard(label)
+                    done.add(label)
+                    continue
+                path[-1] = (label, i + 1)
+                dep = deps[i]
+                if dep in on_path:
+                    chain = [entry[0] for entry in path]
+                    self._report_cycle(targets, chain[chain.index(dep) :])
+                if dep not in done:
+                    path.append((dep, 0))
+                    on_path.add(dep)
+
+    def _report_cycle(self, targets: dict[str, Target], cycle: list[str]) -> None:
+        lines = [f".-> {cycle[0]}", *(f"|   {label}" for label in cycle[1:]), f"`-- {cycle[0]}"]
+        first = targets[cycle[0]]
+        raise LoadingError(
+            "cycle in dependency graph:\n    " + "\n    ".join(lines),
+            location=self.loader.location_of(first),
+            label=first.label,
+            hint="break the cycle by removing one of these dependencies",
+        )

@@ -1,0 +1,104 @@
+"""The graph cache: evaluated packages kept between runs, keyed by file stamps.
+
+One pickle file per workspace, in its output base. A cached package is used
+only while every stamp it recorded (BUILD file, loaded .bzl files, directories
+glob() listed) still matches the disk, and only by the same kiln code (a
+fingerprint of the loading code and the rule catalogue). The workspace walk
+for `//...` is cached the same way, stamped by every directory it listed.
+
+Reading it needs neither starlark nor pydantic, which is what makes a
+cached `kiln query //...` fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pickle
+import tempfile
+from pathlib import Path
+
+from kiln.loading.package import FileStamp, Package
+
+FORMAT = 1
+
+
+def code_fingerprint() -> str:
+    """Changes whenever the code that shapes a Package changes (rules, loading)."""
+    here = Path(__file__).parent
+    files = sorted(
+        [*here.glob("*.py"), *(here.parent / "rules").glob("*.py"), here.parent / "analysis/attrs.py"]
+    )
+    digest = hashlib.sha256(str(FORMAT).encode())
+    for path in files:
+        st = path.stat()
+        digest.update(f"{path.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+class GraphCache:
+    def __init__(self, path: Path | None, root: str):
+        self.path = path
+        self.root = root
+        self.fingerprint = code_fingerprint()
+        self.packages: dict[str, Package] = {}
+        self.walk: tuple[list[str], tuple[FileStamp, ...]] | None = None
+        self.dirty = False
+        if path is not None:
+            self._read(path)
+
+    def _read(self, path: Path) -> None:
+        try:
+            with path.open("rb") as f:
+                data = pickle.load(f)
+        except FileNotFoundError:
+            return
+        except Exception:  # noqa: BLE001 - a damaged cache is only a slower run
+            return
+        if not isinstance(data, dict) or data.get("fingerprint") != self.fingerprint:
+            return
+        self.packages = data["packages"]
+        self.walk = data["walk"]
+
+    def package(self, name: str) -> Package | None:
+        cached = self.packages.get(name)
+        if cached is None:
+            return None
+        if all(stamp.is_current(self.root) for stamp in cached.stamps):
+            return cached
+        del self.packages[name]
+        self.dirty = True
+        return None
+
+    def put(self, package: Package) -> None:
+        self.packages[package.name] = package
+        self.dirty = True
+
+    def packages_walked(self) -> list[str] | None:
+        if self.walk is None:
+            return None
+        packages, stamps = self.walk
+        if all(stamp.is_current(self.root) for stamp in stamps):
+            return packages
+        return None
+
+    def put_walk(self, packages: list[str], stamps: tuple[FileStamp, ...]) -> None:
+        self.walk = (packages, stamps)
+        self.dirty = True
+
+    def save(self) -> None:
+        if self.path is None or not self.dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        data = {"fingerprint": self.fingerprint, "packages": self.packages, "walk": self.walk}
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".graph-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(data, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self.dirty = False

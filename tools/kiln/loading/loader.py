@@ -1,0 +1,80 @@
+"""Packages on demand: from the graph cache when current, else by evaluating BUILD files.
+
+The Starlark evaluator (and with it starlark, pydantic and the rule
+catalogue) is imported only when some package actually has to be evaluated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kiln.errors import KilnError, Location
+from kiln.loading.graph_cache import GraphCache
+from kiln.loading.package import FileStamp, Package, Target
+from kiln.loading.workspace import Workspace
+
+if TYPE_CHECKING:
+    from kiln.loading.build_file import BuildFileEvaluator
+
+
+class NoSuchPackage(KilnError):
+    pass
+
+
+class PackageLoader:
+    def __init__(self, workspace: Workspace, cache_file: Path | None):
+        self.workspace = workspace
+        self.cache = GraphCache(cache_file, str(workspace.root))
+        self.packages: dict[str, Package] = {}
+        self.evaluated = 0  # packages evaluated this run (the rest came from the cache)
+        self._evaluator: BuildFileEvaluator | None = None
+
+    @property
+    def evaluator(self) -> BuildFileEvaluator:
+        if self._evaluator is None:
+            from kiln.loading.build_file import BuildFileEvaluator
+
+            self._evaluator = BuildFileEvaluator(self.workspace)
+        return self._evaluator
+
+    def package(self, name: str) -> Package:
+        loaded = self.packages.get(name)
+        if loaded is not None:
+            return loaded
+        loaded = self.cache.package(name)
+        if loaded is None:
+            build_file = self.workspace.build_file(name)
+            if build_file is None:
+                raise NoSuchPackage(
+                    f"no such package '{name}': no BUILD file in "
+                    f"{name + '/' if name else 'the workspace root'}"
+                )
+            loaded = self.evaluator.evaluate(name, build_file)
+            self.evaluated += 1
+            self.cache.put(loaded)
+        self.packages[name] = loaded
+        return loaded
+
+    def is_package(self, name: str) -> bool:
+        return name in self.packages or self.workspace.build_file(name) is not None
+
+    def packages_beneath(self, prefix: str) -> list[str]:
+        every = self.cache.packages_walked()
+        if every is None:
+            every, listed = self.workspace.walk_packages()
+            root = str(self.workspace.root)
+            self.cache.put_walk(every, tuple(FileStamp.of(root, d) for d in listed))
+        if not prefix:
+            return every
+        return [p for p in every if p == prefix or p.startswith(prefix + "/")]
+
+    def location_of(self, target: Target) -> Location:
+        package = self.package(target.package)
+        if target.index < 0:
+            return Location(package.build_file)
+        found = self.evaluator.locate(package.name, package.build_file, target.index)
+        return found or Location(package.build_file)
+
+    def save(self) -> None:
+        self.cache.save()

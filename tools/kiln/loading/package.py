@@ -1,0 +1,85 @@
+"""What evaluating one BUILD file yields: a Package of Targets.
+
+These are plain data so a whole package can be pickled into the graph cache
+and read back without importing pydantic, starlark or the rules.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+SOURCE_FILE = "source file"
+GENERATED_FILE = "generated file"
+
+
+@dataclass(slots=True)
+class Target:
+    """A node of the target graph.
+
+    `attrs` holds the attributes as written in the BUILD file, validated, with
+    every label made canonical ("//pkg:name"). `deps` lists the labels this
+    target depends on, in attribute order. `index` is the target's position in
+    its package's evaluation order, which lets loading find its file and line
+    again when an error needs them (see locate.py).
+    """
+
+    label: str
+    kind: str
+    attrs: dict[str, Any]
+    deps: tuple[str, ...]
+    index: int = -1
+
+    @property
+    def is_rule(self) -> bool:
+        return self.kind not in (SOURCE_FILE, GENERATED_FILE)
+
+    @property
+    def package(self) -> str:
+        return self.label[2 : self.label.index(":")]
+
+    @property
+    def name(self) -> str:
+        return self.label[self.label.index(":") + 1 :]
+
+
+@dataclass(frozen=True, slots=True)
+class FileStamp:
+    """What a file or directory looked like when a package was evaluated.
+
+    Taken before the file is read, so an edit racing with evaluation leaves a
+    stale stamp and the next run evaluates again.
+    """
+
+    path: str  # relative to the workspace root
+    mtime_ns: int
+    size: int
+    inode: int
+
+    @staticmethod
+    def of(root: str, path: str) -> FileStamp:
+        try:
+            st = os.stat(os.path.join(root, path) if path else root)
+        except OSError:
+            return FileStamp(path, -1, -1, -1)
+        return FileStamp(path, st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def is_current(self, root: str) -> bool:
+        return FileStamp.of(root, self.path) == self
+
+
+@dataclass(slots=True)
+class Package:
+    """The evaluated contents of one BUILD file."""
+
+    name: str  # '' for the root package
+    build_file: str  # relative to the workspace root
+    targets: dict[str, Target]  # by target name: rules and the files they generate
+    default_visibility: list[str] | None = None
+    # Files and directories whose change invalidates this package: the BUILD
+    # file, every .bzl it loads (transitively), directories glob() listed and
+    # the directories where source files were checked for existence.
+    stamps: tuple[FileStamp, ...] = ()
+    # Same-package source files that targets of this package refer to.
+    source_files: tuple[str, ...] = field(default=())

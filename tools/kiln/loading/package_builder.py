@@ -1,0 +1,174 @@
+"""Collecting the targets one BUILD file declares, as its rule calls happen.
+
+A PackageBuilder is the state behind the native functions (rules, glob,
+package, exports_files) while one BUILD file evaluates. Every check that can
+be made at the call is made there, so the error carries the Starlark stack of
+the offending call: attribute schema, labels, duplicate names, outputs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from kiln.analysis.attrs import LABEL, OUTPUT
+from kiln.errors import KilnError, LabelError, LoadingError
+from kiln.label import Label
+from kiln.loading import attr_errors, glob
+from kiln.loading.package import GENERATED_FILE, SOURCE_FILE, Target
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from kiln.analysis import Rule
+
+
+class LocateTarget(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Raised by the rule call with this index when re-evaluating to find a location."""
+
+
+class PackageBuilder:
+    def __init__(self, package: str, package_dir: Path, *, locate_index: int | None = None):
+        self.package = package
+        self.package_dir = package_dir
+        self.targets: dict[str, Target] = {}
+        self.default_visibility: list[str] | None = None
+        self.exported_files: set[str] = set()
+        self.globbed_dirs: set[str] = set()  # relative to the package directory
+        self.locate_index = locate_index
+        self.pending: KilnError | None = None  # the error behind the next StarlarkError
+        self.located = False
+        self._next_index = 0
+
+    # -- errors --------------------------------------------------------------
+
+    def fail(self, message: str, *, label: str | None = None, hint: str | None = None) -> Exception:
+        """Remember the real error and return an exception for starlark to unwind with."""
+        self.pending = LoadingError(message, label=label, hint=hint)
+        return RuntimeError(message)
+
+    # -- native functions ----------------------------------------------------
+
+    def call_rule(self, rule: Rule, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        index = self._next_index
+        self._next_index += 1
+        if self.locate_index == index:
+            self.located = True
+            raise LocateTarget()
+        name = kwargs.get("name")
+        if args:
+            raise self.fail(f"{rule.name}() takes keyword arguments only")
+        if name is None:
+            raise self.fail(f"{rule.name}() is missing the mandatory attribute 'name'")
+        if not isinstance(name, str):
+            raise self.fail(f"attribute 'name' of {rule.name}() must be a string")
+        label = self._label_of(name)
+        if name in self.targets:
+            raise self.fail(
+                f"target '{name}' is declared twice in package '{self.package}'",
+                label=label,
+                hint="target names must be unique within a package (outputs count too)",
+            )
+        try:
+            rule.attrs.model_validate(kwargs)
+        except ValidationError as error:
+            message, hint = attr_errors.describe(error, rule.attrs, rule.name)
+            raise self.fail(message, label=label, hint=hint) from None
+
+        attrs = dict(kwargs)
+        deps: list[str] = []
+        for field in rule.attrs.fields_marked(LABEL):
+            value = attrs.get(field)
+            if value is None:
+                continue
+            if isinstance(value, str):
+                attrs[field] = self._resolve(value, field, rule, label)
+                deps.append(attrs[field])
+            else:
+                attrs[field] = [self._resolve(v, field, rule, label) for v in value]
+                deps.extend(attrs[field])
+        if attrs.get("visibility") is None and self.default_visibility is not None:
+            attrs["visibility"] = list(self.default_visibility)
+
+        self.targets[name] = Target(label, rule.name, attrs, tuple(dict.fromkeys(deps)), index)
+        for field in rule.attrs.fields_marked(OUTPUT):
+            value = attrs.get(field)
+            for out in [value] if isinstance(value, str) else value or []:
+                self._add_output(out, label, index, rule)
+
+    def _add_output(self, out: str, rule_label: str, index: int, rule: Rule) -> None:
+        try:
+            out_label = Label.parse(out, self.package)
+        except LabelError as error:
+            raise self.fail(f"invalid output name '{out}': {error.message}", label=rule_label)
+        if out.startswith(("//", ":")) or out_label.package != self.package:
+            raise self.fail(
+                f"output '{out}' of {rule.name}() must be a plain file name in this package",
+                label=rule_label,
+            )
+        if out in self.targets:
+            raise self.fail(
+                f"output '{out}' clashes with a target of the same name in package "
+                f"'{self.package}'",
+                label=rule_label,
+            )
+        self.targets[out] = Target(
+            str(out_label), GENERATED_FILE, {"generating_rule": rule_label}, (rule_label,), index
+        )
+
+    def glob(self, include: Any, exclude: Any, allow_empty: Any) -> list[str]:
+        for arg, value in (("include", include), ("exclude", exclude)):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise self.fail(f"glob(): '{arg}' must be a list of strings")
+        for pattern in [*include, *exclude]:
+            problem = glob.check_pattern(pattern)
+            if problem:
+                raise self.fail(f"glob(): {problem}")
+        matches, listed = glob.glob(self.package_dir, include, exclude)
+        self.globbed_dirs.update(listed)
+        if not matches and allow_empty is False:
+            raise self.fail(
+                f"glob({include}) matched no files in package '{self.package}'",
+                hint="pass allow_empty = True if an empty result is expected",
+            )
+        return matches
+
+    def set_package(self, kwargs: dict[str, Any]) -> None:
+        unknown = set(kwargs) - {"default_visibility", "default_testonly"}
+        if unknown:
+            raise self.fail(f"package() got an unknown argument '{sorted(unknown)[0]}'")
+        if self.targets:
+            raise self.fail("package() must be called before any target is declared")
+        visibility = kwargs.get("default_visibility")
+        if visibility is not None:
+            if not isinstance(visibility, list) or not all(isinstance(v, str) for v in visibility):
+                raise self.fail("package(): default_visibility must be a list of labels")
+            self.default_visibility = visibility
+
+    def exports_files(self, srcs: Any) -> None:
+        if not isinstance(srcs, list) or not all(isinstance(s, str) for s in srcs):
+            raise self.fail("exports_files(): srcs must be a list of file names")
+        for src in srcs:
+            label = self._resolve(src, "srcs", None, None)
+            if not label.startswith(f"//{self.package}:"):
+                raise self.fail(f"exports_files(): '{src}' is not a file of this package")
+            self.exported_files.add(label)
+
+    # -- helpers --------------------------------------------------------------
+
+    def _label_of(self, name: str) -> str:
+        try:
+            return str(Label.parse(f"//{self.package}:{name}"))
+        except LabelError as error:
+            raise self.fail(f"invalid target name '{name}': {error.message}") from None
+
+    def _resolve(self, text: str, field: str, rule: Rule | None, owner: str | None) -> str:
+        try:
+            return str(Label.parse(text, self.package))
+        except LabelError as error:
+            where = f"attribute '{field}' of {rule.name}()" if rule else field
+            raise self.fail(f"{where}: {error.message}", label=owner) from None
+
+    def source_file_target(self, label: str) -> Target:
+        return Target(label, SOURCE_FILE, {}, ())

@@ -1,0 +1,73 @@
+"""Expanding command-line target patterns into labels, as Bazel does."""
+
+from __future__ import annotations
+
+from kiln.errors import LabelError, LoadingError
+from kiln.label import Label, PatternKind, TargetPattern
+from kiln.loading.graph import GraphBuilder
+from kiln.loading.loader import PackageLoader
+
+
+def parse_patterns(texts: list[str], working_package: str) -> list[TargetPattern]:
+    return [TargetPattern.parse(text, working_package) for text in texts]
+
+
+def expand(loader: PackageLoader, patterns: list[TargetPattern]) -> list[str]:
+    """The labels the patterns name, in order, positives minus negatives."""
+    selected: dict[str, None] = {}
+    for pattern in patterns:
+        labels = _expand_one(loader, pattern)
+        if pattern.negative:
+            for label in labels:
+                selected.pop(label, None)
+        else:
+            selected.update(dict.fromkeys(labels))
+    return list(selected)
+
+
+def _expand_one(loader: PackageLoader, pattern: TargetPattern) -> list[str]:
+    kind = pattern.kind
+    if kind is PatternKind.SINGLE:
+        return [GraphBuilder(loader).resolve(str(pattern.label), None).label]
+    if kind is PatternKind.RELATIVE_AMBIGUOUS:
+        return [str(_resolve_relative(loader, pattern))]
+    if kind in (PatternKind.PACKAGE_RULES, PatternKind.PACKAGE_TARGETS):
+        return _package_targets(loader, pattern.package, kind is PatternKind.PACKAGE_TARGETS)
+    packages = loader.packages_beneath(pattern.package)
+    if not packages:
+        where = f"'//{pattern.package}'" if pattern.package else "the workspace"
+        raise LoadingError(
+            f"no packages found beneath {where} (pattern '{pattern.text}')",
+            hint="a package is a directory with a BUILD file",
+        )
+    every = kind is PatternKind.RECURSIVE_TARGETS
+    return [label for package in packages for label in _package_targets(loader, package, every)]
+
+
+def _package_targets(loader: PackageLoader, name: str, every: bool) -> list[str]:
+    package = loader.package(name)
+    labels = [t.label for t in package.targets.values() if every or t.is_rule]
+    if every:
+        sources = set(package.source_files)
+        for target in package.targets.values():
+            sources.update(d for d in target.deps if d.startswith(f"//{name}:"))
+        labels += sorted(sources - {t.label for t in package.targets.values()})
+    return labels
+
+
+def _resolve_relative(loader: PackageLoader, pattern: TargetPattern) -> Label:
+    """`a/b` from the working directory: //cwd/a/b:b, else //cwd/a:b, else //cwd:a/b."""
+    base = pattern.package
+    parts = pattern.name.split("/")
+    for split_at in range(len(parts), -1, -1):
+        package = "/".join(filter(None, [base, *parts[:split_at]]))
+        if loader.is_package(package):
+            name = "/".join(parts[split_at:]) or parts[-1]
+            try:
+                return Label.parse(f"//{package}:{name}")
+            except LabelError as error:
+                raise LabelError(f"invalid target pattern '{pattern.text}': {error.message}") from None
+    raise LoadingError(
+        f"no package contains '{pattern.text}' (looked from '//{base}' upwards to the pattern)",
+        hint="write the label in full, as //package:name",
+    )

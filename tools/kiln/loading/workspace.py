@@ -1,0 +1,100 @@
+"""The workspace: its root, its packages, and which directories kiln ignores.
+
+The root is the nearest directory at or above the working directory holding a
+WORKSPACE file. A package is a directory holding a BUILD file. Hidden
+directories, kiln's own output folders and the paths listed in `.kilnignore`
+(one workspace-relative path a line, like `.bazelignore`) are never searched.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.errors import KilnError
+
+WORKSPACE_FILES = ("WORKSPACE", "WORKSPACE.bazel")
+BUILD_FILES = ("BUILD", "BUILD.bazel")
+OUTPUT_DIR = "kiln-out"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+    ignored: frozenset[str]  # workspace-relative directory paths from .kilnignore
+
+    @staticmethod
+    def find(start: Path) -> Workspace:
+        start = start.resolve()
+        for directory in (start, *start.parents):
+            if any((directory / name).is_file() for name in WORKSPACE_FILES):
+                return Workspace(directory, _read_ignore_file(directory))
+        raise KilnError(
+            f"not inside a kiln workspace: no WORKSPACE file in {start} or any parent",
+            hint="run kiln from inside a workspace, or create an empty WORKSPACE file at its root",
+        )
+
+    def package_of(self, directory: Path) -> str:
+        """The working-directory offset as Bazel uses it: cwd relative to the root."""
+        rel = directory.resolve().relative_to(self.root)
+        return "" if str(rel) == "." else rel.as_posix()
+
+    def path(self, relative: str) -> Path:
+        return self.root / relative if relative else self.root
+
+    def build_file(self, package: str) -> str | None:
+        """The BUILD file of `package`, relative to the root, or None if it is no package."""
+        if self.is_ignored(package):
+            return None
+        for name in BUILD_FILES:
+            rel = f"{package}/{name}" if package else name
+            if os.path.isfile(self.path(rel)):
+                return rel
+        return None
+
+    def is_ignored(self, relative: str) -> bool:
+        if not relative:
+            return False
+        first = relative.split("/", 1)[0]
+        if first == OUTPUT_DIR or first.startswith("."):
+            return True
+        return any(
+            relative == ignored or relative.startswith(ignored + "/") for ignored in self.ignored
+        )
+
+    def walk_packages(self, prefix: str = "") -> tuple[list[str], list[str]]:
+        """Every package at or below `prefix`, and every directory that was listed.
+
+        The directories let the graph cache notice a BUILD file appearing or
+        disappearing anywhere (a directory's mtime changes when entries do).
+        """
+        packages: list[str] = []
+        listed: list[str] = []
+        stack = [prefix]
+        while stack:
+            rel = stack.pop()
+            if self.is_ignored(rel):
+                continue
+            try:
+                entries = list(os.scandir(self.path(rel)))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            listed.append(rel)
+            names = {entry.name for entry in entries}
+            if any(name in names for name in BUILD_FILES):
+                packages.append(rel)
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
+                    stack.append(f"{rel}/{entry.name}" if rel else entry.name)
+        packages.sort()
+        return packages, listed
+
+
+def _read_ignore_file(root: Path) -> frozenset[str]:
+    try:
+        text = (root / ".kilnignore").read_text()
+    except FileNotFoundError:
+        return frozenset()
+    lines = (line.strip().strip("/") for line in text.splitlines())
+    return frozenset(line for line in lines if line and not line.startswith("#"))

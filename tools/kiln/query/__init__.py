@@ -1,0 +1,1 @@
+"""kiln query: Bazel's query language over the target graph."""
