@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
-
 from kiln.analysis import LabelAttr, Rule, RuleAttrs
+from pydantic import Field
 
 
 class AotiPackageAttrs(RuleAttrs):

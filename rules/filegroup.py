@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-
 from kiln.analysis import LabelListAttr, Rule, RuleAttrs
+from pydantic import Field
 
 
 class FilegroupAttrs(RuleAttrs):

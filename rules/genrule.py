@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-
 from kiln.analysis import LabelListAttr, OutputListAttr, Rule, RuleAttrs
+from pydantic import Field
 
 
 class GenruleAttrs(RuleAttrs):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from kiln.analysis import LabelAttr, LabelListAttr, Rule, RuleAttrs
+from pydantic import BaseModel, ConfigDict, Field
 
 DType = Literal["float32", "float16", "bfloat16", "float64", "int64", "int32", "int8", "bool"]
 

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("\nkiln: interrupted", err=True)
         return EXIT_INTERRUPTED
-    except Exception:  # noqa: BLE001 - the one place bugs are caught, reported and exited on
+    except Exception:
         click.echo("INTERNAL ERROR: kiln crashed; this is a bug in kiln:", err=True)
         traceback.print_exc()
         return EXIT_BUG

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import starlark as sl
 
-from kiln.errors import KilnError, Location, LoadingError
+from kiln.errors import KilnError, LoadingError, Location
 from kiln.loading import natives, starlark_errors
 from kiln.loading.bzl import BzlLoader, build_dialect
 from kiln.loading.package import FileStamp, Package
-from kiln.loading.package_builder import LocateTarget, PackageBuilder
+from kiln.loading.package_builder import PackageBuilder
 from kiln.loading.workspace import Workspace
 
 
@@ -93,7 +93,7 @@ class BuildFileEvaluator:
         return error
 
 
-class _Located(Exception):  # noqa: N818 - control flow for locate()
+class _Located(Exception):
     def __init__(self, location: Location | None):
         super().__init__()
         self.location = location

@@ -12,7 +12,7 @@ from typing import Any
 
 import starlark as sl
 
-from kiln.errors import KilnError, LabelError, Location, LoadingError
+from kiln.errors import KilnError, LabelError, LoadingError, Location
 from kiln.label import Label
 from kiln.loading import natives, starlark_errors
 from kiln.loading.package import FileStamp
@@ -67,9 +67,7 @@ class BzlLoader:
             )
         return label
 
-    def file_loader(
-        self, from_package: str, from_file: str, read: set[str]
-    ) -> sl.FileLoader:
+    def file_loader(self, from_package: str, from_file: str, read: set[str]) -> sl.FileLoader:
         """A FileLoader for one file's load() statements; adds what it reads to `read`."""
 
         def load(module_id: str) -> sl.FrozenModule:

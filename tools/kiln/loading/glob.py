@@ -49,9 +49,7 @@ def check_pattern(pattern: str) -> str | None:
     return None
 
 
-def glob(
-    package_dir: Path, include: list[str], exclude: list[str]
-) -> tuple[list[str], list[str]]:
+def glob(package_dir: Path, include: list[str], exclude: list[str]) -> tuple[list[str], list[str]]:
     """Files under `package_dir` matching `include` and not `exclude`, sorted.
 
     Returns (matches, directories listed) with paths relative to package_dir.

@@ -76,9 +76,9 @@ class GraphBuilder:
             if crossing is not None and referrer is not None:
                 raise self._error(
                     referrer,
-                    f"{self._attr(referrer, label)}: '{name}' crosses into package "
-                    f"'{crossing}'",
-                    hint=f"refer to it as '//{crossing}:{self._below(crossing, package_name, name)}'",
+                    f"{self._attr(referrer, label)}: '{name}' crosses into package '{crossing}'",
+                    hint=f"refer to it as '//{crossing}:"
+                    f"{self._below(crossing, package_name, name)}'",
                 )
             return Target(label, SOURCE_FILE, {}, ())
         close = difflib.get_close_matches(name, list(package.targets), n=1)

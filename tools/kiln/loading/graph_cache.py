@@ -27,9 +27,8 @@ FORMAT = 1
 def code_fingerprint() -> str:
     """Changes whenever the code that shapes a Package changes (rules, loading)."""
     here = Path(__file__).parent
-    files = sorted(
-        [*here.glob("*.py"), *(here.parent / "rules").glob("*.py"), here.parent / "analysis/attrs.py"]
-    )
+    rules = here.parent / "rules"
+    files = sorted([*here.glob("*.py"), *rules.glob("*.py"), here.parent / "analysis/attrs.py"])
     digest = hashlib.sha256(str(FORMAT).encode())
     for path in files:
         st = path.stat()
@@ -54,7 +53,7 @@ class GraphCache:
                 data = pickle.load(f)
         except FileNotFoundError:
             return
-        except Exception:  # noqa: BLE001 - a damaged cache is only a slower run
+        except Exception:
             return
         if not isinstance(data, dict) or data.get("fingerprint") != self.fingerprint:
             return

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from kiln.analysis import Rule
 
 
-class LocateTarget(Exception):  # noqa: N818 - a control-flow signal, not an error
+class LocateTarget(Exception):
     """Raised by the rule call with this index when re-evaluating to find a location."""
 
 
@@ -101,7 +101,9 @@ class PackageBuilder:
         try:
             out_label = Label.parse(out, self.package)
         except LabelError as error:
-            raise self.fail(f"invalid output name '{out}': {error.message}", label=rule_label)
+            raise self.fail(
+                f"invalid output name '{out}': {error.message}", label=rule_label
+            ) from None
         if out.startswith(("//", ":")) or out_label.package != self.package:
             raise self.fail(
                 f"output '{out}' of {rule.name}() must be a plain file name in this package",

@@ -66,7 +66,9 @@ def _resolve_relative(loader: PackageLoader, pattern: TargetPattern) -> Label:
             try:
                 return Label.parse(f"//{package}:{name}")
             except LabelError as error:
-                raise LabelError(f"invalid target pattern '{pattern.text}': {error.message}") from None
+                raise LabelError(
+                    f"invalid target pattern '{pattern.text}': {error.message}"
+                ) from None
     raise LoadingError(
         f"no package contains '{pattern.text}' (looked from '//{base}' upwards to the pattern)",
         hint="write the label in full, as //package:name",

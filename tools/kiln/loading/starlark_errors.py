@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from kiln.errors import Location, LoadingError
+from kiln.errors import LoadingError, Location
 
 _FRAME = re.compile(r"^\s*\* (?P<file>.+?):(?P<line>\d+), in ", re.MULTILINE)
 _ARROW = re.compile(r"^\s*--> (?P<file>.+?):(?P<line>\d+):(?P<col>\d+)", re.MULTILINE)

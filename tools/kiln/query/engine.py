@@ -142,8 +142,7 @@ class QueryEngine:
         }
 
     def _fn_somepath(self, start: Expr, end: Expr) -> Result:
-        paths = self._paths(start, end, first_only=True)
-        return paths
+        return self._paths(start, end, first_only=True)
 
     def _fn_allpaths(self, start: Expr, end: Expr) -> Result:
         return self._paths(start, end, first_only=False)

@@ -194,13 +194,14 @@ class _Parser:
         for n, kind in enumerate(signature):
             if n:
                 tok = self.peek()
-                if tok is not None and tok.kind == "," :
+                if tok is not None and tok.kind == ",":
                     self.i += 1
                 elif kind == "i":
                     break
                 else:
-                    raise self.unexpected(f"{name.text}() takes {len(signature.rstrip('i'))} "
-                                          "arguments")
+                    raise self.unexpected(
+                        f"{name.text}() takes {len(signature.rstrip('i'))} arguments"
+                    )
             if kind == "e":
                 args.append(self.expression())
             elif kind == "w":
