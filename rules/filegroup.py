@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from kiln.analysis import LabelListAttr, Rule, RuleAttrs
+from kiln.analysis.context import RuleContext
+from kiln.analysis.providers import DefaultInfo
 from pydantic import Field
 
 
@@ -11,8 +13,13 @@ class FilegroupAttrs(RuleAttrs):
     data: LabelListAttr = Field(default_factory=list)
 
 
+def implementation(ctx: RuleContext[FilegroupAttrs]) -> list[object]:
+    return [DefaultInfo(tuple(ctx.files(ctx.attrs.srcs)), tuple(ctx.files(ctx.attrs.data)))]
+
+
 RULE = Rule(
     name="filegroup",
     attrs=FilegroupAttrs,
     doc="Gives a set of files (sources or outputs of other rules) one label.",
+    impl=implementation,
 )

@@ -2,7 +2,8 @@
 
 A Label names one target: `//pkg/path:name`. In BUILD files and on the
 command line shorter forms are accepted and resolved against the current
-package: `//pkg` (means `//pkg:pkg`), `:name`, and `name`.
+package: `//pkg` (means `//pkg:pkg`), `:name`, and `name`. `@//pkg:name`
+names the main repository, the only one kiln has; `@repo//...` is refused.
 
 A TargetPattern names a set of targets on the command line:
 `//pkg:name`, `//pkg:all` (rules of one package), `//pkg:*` or
@@ -23,35 +24,71 @@ from enum import Enum
 from kiln.errors import LabelError
 
 # Bazel allows a generous character set in names; these are the ones that would
-# make a label ambiguous or unprintable.
-_BAD_NAME_CHARS = re.compile(r"[:\\\"\x00-\x1f\x7f]")
-_BAD_PACKAGE_CHARS = re.compile(r"[:\\\"@\x00-\x1f\x7f]")
+# make a label ambiguous or unprintable (whitespace splits `kiln query` output).
+_BAD_NAME_CHARS = re.compile(r"[:\\\"\s\x00-\x1f\x7f]")
+_BAD_PACKAGE_CHARS = re.compile(r"[:\\\"@\s\x00-\x1f\x7f]")
+# `@//pkg:name` and `@@//pkg:name` name the main repository, the only one kiln has.
+_MAIN_REPOSITORY = ("@@//", "@//")
 
 
-def _check_path(text: str, what: str, original: str, *, allow_empty: bool) -> None:
+class _Invalid(Exception):
+    """Why a label or pattern is malformed; the caller says which text it was."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _check_path(text: str, what: str, *, allow_empty: bool) -> None:
     if not text:
         if allow_empty:
             return
-        raise LabelError(f"invalid label '{original}': empty {what}")
-    bad = (_BAD_PACKAGE_CHARS if what == "package name" else _BAD_NAME_CHARS).search(text)
+        raise _Invalid(f"empty {what}")
+    package = what == "package name"
+    bad = (_BAD_PACKAGE_CHARS if package else _BAD_NAME_CHARS).search(text)
     if bad:
-        raise LabelError(
-            f"invalid label '{original}': {what} contains the character {bad.group()!r}"
-        )
+        raise _Invalid(f"{what} contains the character {bad.group()!r}")
     if text.startswith("/") or text.endswith("/"):
-        raise LabelError(f"invalid label '{original}': {what} may not start or end with '/'")
+        raise _Invalid(f"{what} may not start or end with '/'")
     for segment in text.split("/"):
         if segment == "":
-            raise LabelError(f"invalid label '{original}': {what} contains '//'")
-        if segment in (".", ".."):
-            raise LabelError(
-                f"invalid label '{original}': {what} may not contain '{segment}' as a path segment"
-            )
+            raise _Invalid(f"{what} contains '//'")
+        # Bazel: "package name component contains only '.' characters".
+        if segment in (".", "..") or (package and segment.strip(".") == ""):
+            raise _Invalid(f"{what} may not contain '{segment}' as a path segment")
+
+
+def _quote(text: str) -> str:
+    """`text` quoted for a one-line message: control characters escaped."""
+    return f"'{text}'" if text.isprintable() else repr(text)
+
+
+def _strip_main_repository(text: str) -> str:
+    for prefix in _MAIN_REPOSITORY:
+        if text.startswith(prefix):
+            return text[len(prefix) - 2 :]
+    if text.startswith("@"):
+        raise _Invalid("external repositories (@repo//...) are not supported")
+    return text
+
+
+def target_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a target (as in `name = "..."`), or None if it can."""
+    try:
+        _check_path(name, "target name", allow_empty=False)
+    except _Invalid as error:
+        return error.reason
+    return None
 
 
 def check_package_name(package: str, original: str | None = None) -> None:
     """Raise LabelError unless `package` is a valid package path ('' is the root package)."""
-    _check_path(package, "package name", original or f"//{package}", allow_empty=True)
+    try:
+        _check_path(package, "package name", allow_empty=True)
+    except _Invalid as error:
+        raise LabelError(
+            f"invalid label {_quote(original or '//' + package)}: {error.reason}"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -70,42 +107,60 @@ class Label:
 
         `current_package` resolves `:name` and `name`; it is ignored for `//...`.
         """
-        original = text
+        try:
+            return Label._parse(text, current_package)
+        except _Invalid as error:
+            raise LabelError(f"invalid label {_quote(text)}: {error.reason}") from None
+
+    @staticmethod
+    def _parse(text: str, current_package: str) -> Label:
         if not text:
-            raise LabelError("invalid label '': empty label")
-        if text.startswith("@"):
-            raise LabelError(
-                f"invalid label '{original}': external repositories (@repo//...) are not supported"
-            )
+            raise _Invalid("empty label")
+        text = _strip_main_repository(text)
         if text.startswith("//"):
-            body = text[2:]
-            package, sep, name = body.partition(":")
-            check_package_name(package, original)
+            package, sep, name = text[2:].partition(":")
+            _check_path(package, "package name", allow_empty=True)
             if not sep:
                 if not package:
-                    raise LabelError(
-                        f"invalid label '{original}': the root package needs an explicit "
-                        "target name, as in '//:name'"
+                    raise _Invalid(
+                        "the root package needs an explicit target name, as in '//:name'"
                     )
                 name = package.rsplit("/", 1)[-1]
-            _check_path(name, "target name", original, allow_empty=False)
+            _check_path(name, "target name", allow_empty=False)
             return Label(package, name)
         if text.startswith("/"):
-            raise LabelError(
-                f"invalid label '{original}': absolute labels start with '//', not '/'"
-            )
+            raise _Invalid("absolute labels start with '//', not '/'")
         name = text[1:] if text.startswith(":") else text
         if ":" in name:
-            raise LabelError(
-                f"invalid label '{original}': a relative label with a package must be "
-                "written '//pkg:name'"
-            )
-        _check_path(name, "target name", original, allow_empty=False)
+            raise _Invalid("a relative label with a package must be written '//pkg:name'")
+        _check_path(name, "target name", allow_empty=False)
         return Label(current_package, name)
 
     def relative_to(self, package: str) -> str:
         """The shortest form of this label as written in `package`'s BUILD file."""
         return f":{self.name}" if package == self.package else str(self)
+
+
+# A path segment that is certainly valid in a package and in a name: ordinary
+# characters, not only dots. Labels made of these (nearly all of them) are
+# canonicalised by canonical() with one match instead of a full parse.
+_PLAIN_SEGMENT = r"\.*[\w+=,~#%-][\w.+=,~#%-]*"
+_PLAIN_PATH = rf"{_PLAIN_SEGMENT}(?:/{_PLAIN_SEGMENT})*"
+_PLAIN_LABEL = re.compile(rf"(?://(?P<package>(?:{_PLAIN_PATH})?):|:?)(?P<name>{_PLAIN_PATH})\Z")
+
+
+def canonical(text: str, current_package: str = "") -> str:
+    """`str(Label.parse(text, current_package))`, the form labels are stored in.
+
+    Loading calls this for every label a BUILD file writes, so the common forms
+    (`//pkg:name`, `:name`, `name` with plain characters) skip building a Label;
+    anything else, including every malformed label, goes through Label.parse.
+    """
+    plain = _PLAIN_LABEL.match(text)
+    if plain is None:
+        return str(Label.parse(text, current_package))
+    package = plain.group("package")
+    return f"//{current_package if package is None else package}:{plain.group('name')}"
 
 
 class PatternKind(Enum):
@@ -140,29 +195,30 @@ class TargetPattern:
 
     @staticmethod
     def parse(text: str, working_package: str = "") -> TargetPattern:
+        try:
+            return TargetPattern._parse(text, working_package)
+        except _Invalid as error:
+            raise LabelError(f"invalid target pattern {_quote(text)}: {error.reason}") from None
+
+    @staticmethod
+    def _parse(text: str, working_package: str) -> TargetPattern:
         original = text
         negative = text.startswith("-")
         if negative:
             text = text[1:]
         if not text:
-            raise LabelError(f"invalid target pattern '{original}': empty pattern")
-        if text.startswith("@"):
-            raise LabelError(
-                f"invalid target pattern '{original}': external repositories are not supported"
-            )
+            raise _Invalid("empty pattern")
+        text = _strip_main_repository(text)
         if text.startswith("//"):
             body = text[2:]
         elif text.startswith("/"):
-            raise LabelError(
-                f"invalid target pattern '{original}': absolute patterns start with '//'"
-            )
+            raise _Invalid("absolute patterns start with '//'")
         elif text.startswith(":"):
             body = f"{working_package}{text}"
         else:
             body = f"{working_package}/{text}" if working_package else text
-            if ":" not in text and not text.endswith("...") and "..." not in text.split("/"):
-                path = body
-                check_package_name(path.rstrip("/"), original)
+            if ":" not in text and "..." not in text.split("/"):
+                _check_path(body.rstrip("/"), "package name", allow_empty=True)
                 return TargetPattern(
                     PatternKind.RELATIVE_AMBIGUOUS,
                     working_package,
@@ -172,24 +228,24 @@ class TargetPattern:
                 )
 
         path, sep, name = body.partition(":")
-        if path == "..." or path.endswith("/..."):
+        segments = path.split("/")
+        if "..." in segments[:-1]:
+            raise _Invalid("'...' may only end the package part of a pattern, as in '//pkg/...'")
+        if segments[-1] == "...":
             prefix = path[:-3].rstrip("/")
-            check_package_name(prefix, original)
+            _check_path(prefix, "package name", allow_empty=True)
             if not sep or name in _ALL_RULES:
                 kind = PatternKind.RECURSIVE_RULES
             elif name in _ALL_TARGETS:
                 kind = PatternKind.RECURSIVE_TARGETS
             else:
-                raise LabelError(
-                    f"invalid target pattern '{original}': after '...' only ':all', ':*' or "
-                    "':all-targets' may follow"
-                )
+                raise _Invalid("after '...' only ':all', ':*' or ':all-targets' may follow")
             return TargetPattern(kind, prefix, "", negative, original)
         if sep and name in _ALL_RULES:
-            check_package_name(path, original)
+            _check_path(path, "package name", allow_empty=True)
             return TargetPattern(PatternKind.PACKAGE_RULES, path, "", negative, original)
         if sep and name in _ALL_TARGETS:
-            check_package_name(path, original)
+            _check_path(path, "package name", allow_empty=True)
             return TargetPattern(PatternKind.PACKAGE_TARGETS, path, "", negative, original)
-        label = Label.parse("//" + body)
+        label = Label._parse("//" + body, "")
         return TargetPattern(PatternKind.SINGLE, label.package, label.name, negative, original)

@@ -15,6 +15,7 @@ import importlib
 import os
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -49,11 +50,11 @@ Run 'kiln <command> --help' for the options of a command.
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    verbose = "--verbose_failures" in args
+    reporting = _Reporting(verbose="--verbose_failures" in args)
     try:
-        return _run(args)
+        return _run(args, reporting)
     except KilnError as error:
-        click.echo(f"ERROR: {error.format(verbose=verbose)}", err=True)
+        click.echo(f"ERROR: {error.format(verbose=reporting.verbose)}", err=True)
         return EXIT_USER_ERROR
     except click.ClickException as error:
         click.echo(f"ERROR: {error.format_message()}", err=True)
@@ -67,7 +68,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BUG
 
 
-def _run(args: list[str]) -> int:
+@dataclass
+class _Reporting:
+    """How main() reports a KilnError; set again once the rc files are read,
+    so that `query --verbose_failures` in a .kilnrc counts too."""
+
+    verbose: bool
+
+
+def _run(args: list[str], reporting: _Reporting) -> int:
     startup, args = StartupOptions.parse(args)
     if not args or args[0] in ("help", "-h", "--help"):
         click.echo(USAGE)
@@ -91,6 +100,7 @@ def _run(args: list[str]) -> int:
     lines = [line for path in files for line in rcfile.read(path, session.workspace.root)]
     expanded = rcfile.expand(name, rest, lines)
     words = _drop_unknown_common(command, expanded)
+    reporting.verbose = any(a.text == "--verbose_failures" for a in words)
     try:
         result = command.main(
             [a.text for a in words], prog_name=f"kiln {name}", standalone_mode=False, obj=session
@@ -108,5 +118,29 @@ def _run(args: list[str]) -> int:
 
 
 def _drop_unknown_common(command: click.Command, args: list[rcfile.Arg]) -> list[rcfile.Arg]:
+    """`common` options the command does not know, dropped with their values.
+
+    On a `common` line, a word that is no option and follows an option written
+    without `=` is that option's value: `common --output json` is one option.
+    """
     known = {opt for param in command.params for opt in [*param.opts, *param.secondary_opts]}
-    return [a for a in args if not a.common or a.text.split("=")[0] in known]
+    kept: list[rcfile.Arg] = []
+    keep = True
+    for i, arg in enumerate(args):
+        if not arg.common:
+            kept.append(arg)
+            continue
+        previous = args[i - 1] if i else None
+        is_value = (
+            not arg.text.startswith("-")
+            and previous is not None
+            and previous.common
+            and previous.origin == arg.origin
+            and previous.text.startswith("-")
+            and "=" not in previous.text
+        )
+        if not is_value:
+            keep = arg.text.split("=")[0] in known
+        if keep:
+            kept.append(arg)
+    return kept

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from kiln.cli.session import Session
+from kiln.loading.graph import split
 from kiln.loading.loader import PackageLoader
 from kiln.query import output, parser
 from kiln.query.engine import QueryEngine
@@ -32,7 +33,7 @@ def command(session: Session, expression: str, fmt: str, verbose_failures: bool)
         result = engine.evaluate(expr)
     finally:
         loader.save()
-    labels = sorted(result)
+    labels = sorted(result, key=split)  # by package, then name, as Bazel orders labels
     text = output.render(fmt, labels, engine.target, loader.location_of)
     click.echo(text, nl=False)
     if not labels:

@@ -52,9 +52,12 @@ class Arg:
 
 
 def read(path: Path, workspace: Path | None, *, _seen: tuple[Path, ...] = ()) -> list[RcLine]:
-    if path in _seen:
+    if path.resolve() in [seen.resolve() for seen in _seen]:
         raise RcError(f"rc file {path} imports itself (through {' -> '.join(map(str, _seen))})")
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise RcError(f"cannot read rc file {path}: {error}") from None
     lines: list[RcLine] = []
     for number, raw in enumerate(_logical_lines(text), start=1):
         if raw is None:

@@ -29,11 +29,12 @@ def describe(error: ValidationError, schema: type[RuleAttrs], rule: str) -> tupl
         elif kind == "missing" and not path:
             problems.append(f"{rule}() is missing the mandatory attribute '{attr}'")
         else:
-            got = item.get("input")
-            problems.append(
-                f"attribute '{attr}{path}' of {rule}(): {item['msg'].rstrip('.')}"
-                f" (got {_starlark_repr(got)})"
-            )
+            got = _starlark_repr(item.get("input"))
+            msg = item["msg"].rstrip(".")
+            if msg.startswith("Input should be "):  # pydantic's wording for a wrong type or value
+                problems.append(f"attribute '{attr}{path}' of {rule}() {msg[6:]} (got {got})")
+            else:
+                problems.append(f"attribute '{attr}{path}' of {rule}(): {msg} (got {got})")
     if hint is None and len(problems) == 1 and "mandatory" in problems[0]:
         hint = f"add it to the {rule}() call"
     return "; ".join(problems), hint

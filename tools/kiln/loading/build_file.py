@@ -11,11 +11,12 @@ from __future__ import annotations
 import starlark as sl
 
 from kiln.errors import KilnError, LoadingError, Location
-from kiln.loading import natives, starlark_errors
+from kiln.label import target_name_problem
+from kiln.loading import natives, source_files, starlark_errors
 from kiln.loading.bzl import BzlLoader, build_dialect
 from kiln.loading.package import FileStamp, Package
 from kiln.loading.package_builder import PackageBuilder
-from kiln.loading.workspace import Workspace
+from kiln.loading.workspace import IGNORE_FILE, Workspace
 
 
 class BuildFileEvaluator:
@@ -32,11 +33,16 @@ class BuildFileEvaluator:
         builder, read = self._run(package, build_file, locate_index=None)
         stamps = [stamp]
         stamps += [self.bzl.stamps[path] for path in sorted(read)]
+        referenced = source_files.referenced(package, builder.targets)
+        unlisted = referenced - builder.globbed_files
         prefix = f"{package}/" if package else ""
         stamps += [
             FileStamp.of(self.root, f"{prefix}{d}" if d else package)
-            for d in sorted(builder.globbed_dirs)
+            for d in sorted(builder.globbed_dirs | source_files.lookup_dirs(unlisted))
         ]
+        if builder.globbed_dirs:  # .kilnignore decides which directories glob() entered
+            stamps.append(FileStamp.of(self.root, IGNORE_FILE))
+        package_dir = str(self.workspace.path(package))
         return Package(
             name=package,
             build_file=build_file,
@@ -44,6 +50,11 @@ class BuildFileEvaluator:
             default_visibility=builder.default_visibility,
             stamps=tuple(stamps),
             source_files=tuple(sorted(builder.exported_files)),
+            files=frozenset(
+                name
+                for name in referenced
+                if name in builder.globbed_files or source_files.on_disk(package_dir, name)
+            ),
         )
 
     def locate(self, package: str, build_file: str, index: int) -> Location | None:
@@ -65,10 +76,22 @@ class BuildFileEvaluator:
         self, package: str, build_file: str, locate_index: int | None
     ) -> tuple[PackageBuilder, set[str]]:
         try:
-            source = self.workspace.path(build_file).read_text()
+            source = self.workspace.path(build_file).read_text(encoding="utf-8")
         except OSError as error:
-            raise LoadingError(f"cannot read {build_file}: {error.strerror}") from None
-        builder = PackageBuilder(package, self.workspace.path(package), locate_index=locate_index)
+            raise LoadingError(
+                f"cannot read {build_file}: {error.strerror}", location=Location(build_file)
+            ) from None
+        except UnicodeDecodeError as error:
+            raise LoadingError(
+                f"{build_file} is not valid UTF-8 (byte {error.start})",
+                location=Location(build_file),
+            ) from None
+        builder = PackageBuilder(
+            package,
+            self.workspace.path(package),
+            locate_index=locate_index,
+            ignored=self.workspace.is_ignored,
+        )
         read: set[str] = set()
         module = sl.Module()
         natives.add_to(module, self.table)
@@ -79,18 +102,31 @@ class BuildFileEvaluator:
         except sl.StarlarkError as error:
             text = str(error)
             if builder.located:
-                raise _Located(starlark_errors.location_from(text)) from None
-            raise self._error(text, builder) from None
+                location = starlark_errors.location_from(text)
+                raise _Located(_with_column(location, build_file, source)) from None
+            raise self._error(text, builder, build_file, source) from None
         return builder, read
 
-    def _error(self, text: str, builder: PackageBuilder) -> KilnError:
+    def _error(self, text: str, builder: PackageBuilder, build_file: str, source: str) -> KilnError:
         error = builder.pending or self.bzl.take_pending()
         if error is None:
-            return starlark_errors.to_loading_error(text, sorted(self.table))
-        if error.location is None:
-            error.location = starlark_errors.location_from(text)
+            error = starlark_errors.to_loading_error(text, sorted(self.table))
+        elif error.location is None or not error.location.line:
+            error.location = starlark_errors.in_file(error.location, text, build_file)
             error.details = text
+        error.location = _with_column(error.location, build_file, source)
+        if error.label is None and error.location and error.location.file == build_file:
+            name = starlark_errors.target_name_at(source, error.location)
+            if name is not None and target_name_problem(name) is None:
+                error.label = f"//{builder.package}:{name}"
         return error
+
+
+def _with_column(location: Location | None, build_file: str, source: str) -> Location | None:
+    """A location in this BUILD file gets a column when the Starlark stack had none."""
+    if location is None or location.file != build_file:
+        return location
+    return starlark_errors.with_column(location, source)
 
 
 class _Located(Exception):

@@ -92,9 +92,15 @@ class BzlLoader:
         rel = f"{label.package}/{label.name}" if label.package else label.name
         self.stamps[rel] = FileStamp.of(str(self.workspace.root), rel)
         try:
-            source = self.workspace.path(rel).read_text()
-        except (FileNotFoundError, IsADirectoryError):
+            source = self.workspace.path(rel).read_text(encoding="utf-8")
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise LoadingError(f"cannot load '{key}': file {rel} does not exist") from None
+        except OSError as error:
+            raise LoadingError(f"cannot load '{key}': {error.strerror}") from None
+        except UnicodeDecodeError as error:
+            raise LoadingError(
+                f"cannot load '{key}': {rel} is not valid UTF-8 (byte {error.start})"
+            ) from None
         self._loading.append(key)
         read = {rel}
         try:
@@ -102,10 +108,14 @@ class BzlLoader:
             natives.add_to(module, self.table)
             sl.eval(module, sl.parse("<prelude>", self._native_source, bzl_dialect()), self.globals)
             ast = sl.parse(rel, source, bzl_dialect())
-            sl.eval(module, ast, self.globals, self.file_loader(label.package, rel, read))
+            # No package is being built while a .bzl file's top level runs, even
+            # when a BUILD file's load() got us here: rules called now would
+            # otherwise land in that package (and only on the first load).
+            with natives.building(None):
+                sl.eval(module, ast, self.globals, self.file_loader(label.package, rel, read))
             frozen = module.freeze()
         except sl.StarlarkError as error:
-            raise self._translate(error) from None
+            raise self._translate(error, rel) from None
         finally:
             self._loading.pop()
         self.modules[key] = frozen
@@ -116,7 +126,10 @@ class BzlLoader:
         pending, self.pending = self.pending, None
         return pending
 
-    def _translate(self, error: sl.StarlarkError) -> KilnError:
-        return self.take_pending() or starlark_errors.to_loading_error(
-            str(error), sorted(self.table)
-        )
+    def _translate(self, error: sl.StarlarkError, rel: str) -> KilnError:
+        text = str(error)
+        pending = self.take_pending()
+        if pending is None:
+            return starlark_errors.to_loading_error(text, sorted(self.table))
+        pending.location = starlark_errors.in_file(pending.location, text, rel)
+        return pending

@@ -2,13 +2,16 @@
 
 `*` matches within one path segment, `**` any number of whole segments, `?`
 one character. Directories are not matched, and the search never enters a
-subdirectory that is a package of its own (it has a BUILD file).
+subdirectory that is a package of its own (it has a BUILD file). Symlinks
+are followed, except one that leads back to a directory above it (the walk
+would never end).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -49,12 +52,19 @@ def check_pattern(pattern: str) -> str | None:
     return None
 
 
-def glob(package_dir: Path, include: list[str], exclude: list[str]) -> tuple[list[str], list[str]]:
+def glob(
+    package_dir: Path,
+    include: list[str],
+    exclude: list[str],
+    ignored: Callable[[str], bool] = lambda directory: False,
+) -> tuple[list[str], list[str]]:
     """Files under `package_dir` matching `include` and not `exclude`, sorted.
 
+    Directories for which `ignored` (given their path relative to package_dir)
+    is true are not entered: kiln-out/ and what .kilnignore lists hold no sources.
     Returns (matches, directories listed) with paths relative to package_dir.
     """
-    files, listed = _list_files(package_dir)
+    files, listed = _list_files(package_dir, ignored)
     inc = [_compile(p) for p in include]
     exc = [_compile(p) for p in exclude]
     matches = [
@@ -65,23 +75,31 @@ def glob(package_dir: Path, include: list[str], exclude: list[str]) -> tuple[lis
     return sorted(matches), listed
 
 
-def _list_files(package_dir: Path) -> tuple[list[str], list[str]]:
+def _list_files(package_dir: Path, ignored: Callable[[str], bool]) -> tuple[list[str], list[str]]:
     files: list[str] = []
     listed: list[str] = []
-    stack = [""]
+    base = str(package_dir)  # plain strings: pathlib would double the cost of a glob
+    # Each directory to list, with the (device, inode) of it and its ancestors.
+    stack: list[tuple[str, frozenset[tuple[int, int]]]] = [("", frozenset())]
     while stack:
-        rel = stack.pop()
+        rel, above = stack.pop()
+        directory = f"{base}/{rel}" if rel else base
         try:
-            entries = list(os.scandir(package_dir / rel if rel else package_dir))
+            st = os.stat(directory)
+            entries = list(os.scandir(directory))
         except (FileNotFoundError, NotADirectoryError):
             continue
+        identity = (st.st_dev, st.st_ino)
+        if identity in above:
+            continue  # a symlink back to a directory above: a cycle
         listed.append(rel)  # also for subpackages: a BUILD file vanishing changes our matches
         if rel and any(entry.name in BUILD_FILES for entry in entries):
             continue  # a subpackage: its files are not ours
         for entry in entries:
             path = f"{rel}/{entry.name}" if rel else entry.name
             if entry.is_dir():
-                stack.append(path)
+                if not ignored(path):
+                    stack.append((path, above | {identity}))
             else:
                 files.append(path)
     return files, listed

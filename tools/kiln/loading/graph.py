@@ -8,7 +8,6 @@ target.
 
 from __future__ import annotations
 
-import difflib
 import os
 from dataclasses import dataclass, field
 
@@ -70,6 +69,8 @@ class GraphBuilder:
         found = package.targets.get(name)
         if found is not None:
             return found
+        if name in package.files:  # found on disk when the package was evaluated
+            return Target(label, SOURCE_FILE, {}, ())
         path = os.path.join(self.root, package_name, name)
         if os.path.isfile(path):
             crossing = self._subpackage_of(package_name, name)
@@ -81,6 +82,8 @@ class GraphBuilder:
                     f"{self._below(crossing, package_name, name)}'",
                 )
             return Target(label, SOURCE_FILE, {}, ())
+        import difflib  # only on the way to an error
+
         close = difflib.get_close_matches(name, list(package.targets), n=1)
         hint = f"did you mean '{close[0]}'?" if close else None
         if referrer is None:
@@ -89,14 +92,15 @@ class GraphBuilder:
                 f"'{name}' and has no file of that name",
                 hint=hint,
             )
-        looks_like_file = "." in name.rsplit("/", 1)[-1]
-        what = "missing input file" if looks_like_file else "no such target"
-        raise self._error(
-            referrer,
-            f"{self._attr(referrer, label)}: {what} '{label}' (package '{package_name}' "
-            f"declares no target '{name}' and has no file of that name)",
-            hint=hint,
-        )
+        attr = self._attr_name(referrer, label)
+        if "." in name.rsplit("/", 1)[-1]:  # looks like a file: say so, as Bazel does
+            message = f"{attr}: missing input file '{label}'"
+        else:
+            message = (
+                f"{attr}: no such target '{label}': package '{package_name}' declares no "
+                f"target '{name}' and has no file of that name"
+            )
+        raise self._error(referrer, message, hint=hint)
 
     def _subpackage_of(self, package: str, name: str) -> str | None:
         parts = name.split("/")[:-1]
@@ -113,10 +117,14 @@ class GraphBuilder:
 
     @staticmethod
     def _attr(referrer: Target, label: str) -> str:
+        return f"{GraphBuilder._attr_name(referrer, label)} refers to '{label}'"
+
+    @staticmethod
+    def _attr_name(referrer: Target, label: str) -> str:
         for attr, value in referrer.attrs.items():
             if value == label or (isinstance(value, list) and label in value):
-                return f"attribute '{attr}' refers to '{label}'"
-        return f"reference to '{label}'"
+                return f"attribute '{attr}'"
+        return "a dependency"
 
     def _error(self, referrer: Target, message: str, hint: str | None = None) -> KilnError:
         return LoadingError(

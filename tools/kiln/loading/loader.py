@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kiln.errors import KilnError, Location
+from kiln.loading import parallel
 from kiln.loading.graph_cache import GraphCache
 from kiln.loading.package import FileStamp, Package, Target
-from kiln.loading.workspace import Workspace
+from kiln.loading.workspace import IGNORE_FILE, Workspace
 
 if TYPE_CHECKING:
     from kiln.loading.build_file import BuildFileEvaluator
@@ -44,17 +45,32 @@ class PackageLoader:
             return loaded
         loaded = self.cache.package(name)
         if loaded is None:
-            build_file = self.workspace.build_file(name)
-            if build_file is None:
-                raise NoSuchPackage(
-                    f"no such package '{name}': no BUILD file in "
-                    f"{name + '/' if name else 'the workspace root'}"
-                )
-            loaded = self.evaluator.evaluate(name, build_file)
+            loaded = self.evaluator.evaluate(name, self._build_file(name))
             self.evaluated += 1
             self.cache.put(loaded)
         self.packages[name] = loaded
         return loaded
+
+    def prefetch(self, names: list[str]) -> None:
+        """Load the packages `names` ahead of package(), evaluating those the graph
+        cache lacks in parallel (see parallel.py). Errors wait for package()."""
+        missing: list[str] = []
+        for name in names:
+            if name not in self.packages:
+                cached = self.cache.package(name)
+                if cached is None:
+                    missing.append(name)
+                else:
+                    self.packages[name] = cached
+        if parallel.jobs_for(len(missing)) < 2:
+            return
+        evaluator = self.evaluator  # imported before forking, so every process shares it
+        for package in parallel.evaluate_all(
+            lambda name: evaluator.evaluate(name, self._build_file(name)), missing
+        ):
+            self.packages[package.name] = package
+            self.cache.put(package)
+            self.evaluated += 1
 
     def is_package(self, name: str) -> bool:
         return name in self.packages or self.workspace.build_file(name) is not None
@@ -64,10 +80,21 @@ class PackageLoader:
         if every is None:
             every, listed = self.workspace.walk_packages()
             root = str(self.workspace.root)
-            self.cache.put_walk(every, tuple(FileStamp.of(root, d) for d in listed))
+            # .kilnignore decides which directories were walked at all.
+            stamps = [FileStamp.of(root, d) for d in [IGNORE_FILE, *listed]]
+            self.cache.put_walk(every, tuple(stamps))
         if not prefix:
             return every
         return [p for p in every if p == prefix or p.startswith(prefix + "/")]
+
+    def _build_file(self, name: str) -> str:
+        build_file = self.workspace.build_file(name)
+        if build_file is None:
+            raise NoSuchPackage(
+                f"no such package '{name}': no BUILD file in "
+                f"{name + '/' if name else 'the workspace root'}"
+            )
+        return build_file
 
     def location_of(self, target: Target) -> Location:
         package = self.package(target.package)

@@ -16,11 +16,12 @@ import starlark as sl
 from kiln.loading.package_builder import PackageBuilder
 from kiln.rules import CATALOGUE, load_rule
 
-_current: list[PackageBuilder] = []
+# The package being built; None while a .bzl file's top level is evaluated.
+_current: list[PackageBuilder | None] = []
 
 
 @contextmanager
-def building(builder: PackageBuilder) -> Iterator[PackageBuilder]:
+def building(builder: PackageBuilder | None) -> Iterator[PackageBuilder | None]:
     _current.append(builder)
     try:
         yield builder
@@ -29,10 +30,14 @@ def building(builder: PackageBuilder) -> Iterator[PackageBuilder]:
 
 
 def _builder(function: str) -> PackageBuilder:
-    if not _current:
+    builder = _current[-1] if _current else None
+    if builder is None:
         # A .bzl file calling a rule at its top level, outside any package.
-        raise RuntimeError(f"{function}() can only be called while a BUILD file is evaluated")
-    return _current[-1]
+        raise RuntimeError(
+            f"{function}() can only be called while a BUILD file is evaluated "
+            "(from a macro), not at the top level of a .bzl file"
+        )
+    return builder
 
 
 def _rule_function(name: str) -> Callable[..., None]:

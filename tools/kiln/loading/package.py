@@ -31,6 +31,11 @@ class Target:
     deps: tuple[str, ...]
     index: int = -1
 
+    def __reduce__(self) -> tuple[type[Target], tuple[Any, ...]]:
+        # Pickled as a constructor call: loading the graph cache is twice as fast
+        # as with the per-field __setstate__ a slotted dataclass gets.
+        return Target, (self.label, self.kind, self.attrs, self.deps, self.index)
+
     @property
     def is_rule(self) -> bool:
         return self.kind not in (SOURCE_FILE, GENERATED_FILE)
@@ -68,6 +73,9 @@ class FileStamp:
     def is_current(self, root: str) -> bool:
         return FileStamp.of(root, self.path) == self
 
+    def __reduce__(self) -> tuple[type[FileStamp], tuple[Any, ...]]:
+        return FileStamp, (self.path, self.mtime_ns, self.size, self.inode)
+
 
 @dataclass(slots=True)
 class Package:
@@ -83,3 +91,18 @@ class Package:
     stamps: tuple[FileStamp, ...] = ()
     # Same-package source files that targets of this package refer to.
     source_files: tuple[str, ...] = field(default=())
+    # Names of the source files this package's targets refer to that were on
+    # disk, outside any subpackage, when it was evaluated (their directories
+    # are among the stamps): the graph takes them without looking again.
+    files: frozenset[str] = frozenset()
+
+    def __reduce__(self) -> tuple[type[Package], tuple[Any, ...]]:
+        return Package, (
+            self.name,
+            self.build_file,
+            self.targets,
+            self.default_visibility,
+            self.stamps,
+            self.source_files,
+            self.files,
+        )

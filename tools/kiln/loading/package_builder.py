@@ -14,11 +14,12 @@ from pydantic import ValidationError
 
 from kiln.analysis.attrs import LABEL, OUTPUT
 from kiln.errors import KilnError, LabelError, LoadingError
-from kiln.label import Label
+from kiln.label import Label, canonical, target_name_problem
 from kiln.loading import attr_errors, glob
 from kiln.loading.package import GENERATED_FILE, SOURCE_FILE, Target
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from kiln.analysis import Rule
@@ -29,13 +30,22 @@ class LocateTarget(Exception):
 
 
 class PackageBuilder:
-    def __init__(self, package: str, package_dir: Path, *, locate_index: int | None = None):
+    def __init__(
+        self,
+        package: str,
+        package_dir: Path,
+        *,
+        locate_index: int | None = None,
+        ignored: Callable[[str], bool] = lambda directory: False,
+    ):
         self.package = package
         self.package_dir = package_dir
+        self.ignored = ignored  # workspace-relative directory -> kiln never looks inside
         self.targets: dict[str, Target] = {}
         self.default_visibility: list[str] | None = None
         self.exported_files: set[str] = set()
         self.globbed_dirs: set[str] = set()  # relative to the package directory
+        self.globbed_files: set[str] = set()  # every file glob() returned, likewise
         self.locate_index = locate_index
         self.pending: KilnError | None = None  # the error behind the next StarlarkError
         self.located = False
@@ -127,8 +137,15 @@ class PackageBuilder:
             problem = glob.check_pattern(pattern)
             if problem:
                 raise self.fail(f"glob(): {problem}")
-        matches, listed = glob.glob(self.package_dir, include, exclude)
+        try:
+            prefix = f"{self.package}/" if self.package else ""
+            matches, listed = glob.glob(
+                self.package_dir, include, exclude, lambda rel: self.ignored(prefix + rel)
+            )
+        except OSError as error:
+            raise self.fail(f"glob(): cannot list {error.filename}: {error.strerror}") from None
         self.globbed_dirs.update(listed)
+        self.globbed_files.update(matches)
         if not matches and allow_empty is False:
             raise self.fail(
                 f"glob({include}) matched no files in package '{self.package}'",
@@ -152,7 +169,7 @@ class PackageBuilder:
         if not isinstance(srcs, list) or not all(isinstance(s, str) for s in srcs):
             raise self.fail("exports_files(): srcs must be a list of file names")
         for src in srcs:
-            label = self._resolve(src, "srcs", None, None)
+            label = self._resolve(src, "exports_files()", None, None)
             if not label.startswith(f"//{self.package}:"):
                 raise self.fail(f"exports_files(): '{src}' is not a file of this package")
             self.exported_files.add(label)
@@ -160,14 +177,14 @@ class PackageBuilder:
     # -- helpers --------------------------------------------------------------
 
     def _label_of(self, name: str) -> str:
-        try:
-            return str(Label.parse(f"//{self.package}:{name}"))
-        except LabelError as error:
-            raise self.fail(f"invalid target name '{name}': {error.message}") from None
+        problem = target_name_problem(name)
+        if problem is not None:
+            raise self.fail(f"invalid target name {name!r}: {problem}")
+        return str(Label(self.package, name))
 
     def _resolve(self, text: str, field: str, rule: Rule | None, owner: str | None) -> str:
         try:
-            return str(Label.parse(text, self.package))
+            return canonical(text, self.package)
         except LabelError as error:
             where = f"attribute '{field}' of {rule.name}()" if rule else field
             raise self.fail(f"{where}: {error.message}", label=owner) from None

@@ -40,6 +40,7 @@ def _expand_one(loader: PackageLoader, pattern: TargetPattern) -> list[str]:
             f"no packages found beneath {where} (pattern '{pattern.text}')",
             hint="a package is a directory with a BUILD file",
         )
+    loader.prefetch(packages)
     every = kind is PatternKind.RECURSIVE_TARGETS
     return [label for package in packages for label in _package_targets(loader, package, every)]
 

@@ -17,6 +17,7 @@ from kiln.errors import KilnError
 WORKSPACE_FILES = ("WORKSPACE", "WORKSPACE.bazel")
 BUILD_FILES = ("BUILD", "BUILD.bazel")
 OUTPUT_DIR = "kiln-out"
+IGNORE_FILE = ".kilnignore"
 
 
 @dataclass(frozen=True)
@@ -71,13 +72,14 @@ class Workspace:
         """
         packages: list[str] = []
         listed: list[str] = []
+        root = str(self.root)
         stack = [prefix]
         while stack:
             rel = stack.pop()
             if self.is_ignored(rel):
                 continue
             try:
-                entries = list(os.scandir(self.path(rel)))
+                entries = list(os.scandir(f"{root}/{rel}" if rel else root))
             except (FileNotFoundError, NotADirectoryError):
                 continue
             listed.append(rel)
@@ -93,8 +95,10 @@ class Workspace:
 
 def _read_ignore_file(root: Path) -> frozenset[str]:
     try:
-        text = (root / ".kilnignore").read_text()
+        text = (root / IGNORE_FILE).read_text(encoding="utf-8")
     except FileNotFoundError:
         return frozenset()
+    except (OSError, UnicodeDecodeError) as error:
+        raise KilnError(f"cannot read {root / IGNORE_FILE}: {error}") from None
     lines = (line.strip().strip("/") for line in text.splitlines())
     return frozenset(line for line in lines if line and not line.startswith("#"))

@@ -86,7 +86,10 @@ def tokenize(text: str) -> list[_Tok]:
             break
         m = _TOKEN.match(text, pos)
         if not m:
-            raise _error(text, pos, f"unexpected character '{text[pos:].lstrip()[0]}'")
+            bad = len(text) - len(text[pos:].lstrip())  # the character, past any blanks
+            if text[bad] in "'\"":
+                raise _error(text, bad, f"unterminated quotation {text[bad]}")
+            raise _error(text, bad, f"unexpected character '{text[bad]}'")
         start = m.start(m.lastgroup or 0)
         if m.group("quoted"):
             tokens.append(_Tok("quoted", m.group("quoted")[1:-1], start))
@@ -105,9 +108,10 @@ def parse(text: str) -> Expr:
 
 
 def _error(text: str, pos: int, message: str) -> QuerySyntaxError:
+    shown = re.sub(r"\s", " ", text)  # one line, so that the caret lines up
     pointer = " " * pos + "^"
     return QuerySyntaxError(
-        f"syntax error in query expression: {message}\n    {text}\n    {pointer}"
+        f"syntax error in query expression: {message}\n    {shown}\n    {pointer}"
     )
 
 

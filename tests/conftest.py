@@ -1,0 +1,46 @@
+"""Fixtures shared by every test: an isolated home, and temporary workspaces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Point HOME and XDG_CACHE_HOME at fresh directories: the real ~/.kilnrc and
+    ~/.cache/kiln are never read or written by a test."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    return home
+
+
+@pytest.fixture
+def home(_isolated_home: Path) -> Path:
+    """The test's home directory (where a ~/.kilnrc would go)."""
+    return _isolated_home
+
+
+@pytest.fixture
+def make_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> MakeWorkspace:
+    """make_workspace({path: text}) -> a workspace under tmp_path; WORKSPACE is added."""
+    count = 0
+
+    def make(files: dict[str, str]) -> FixtureWorkspace:
+        nonlocal count
+        count += 1
+        root = tmp_path / f"ws{count}"
+        root.mkdir()
+        workspace = FixtureWorkspace(root, monkeypatch, capsys)
+        workspace.write({"WORKSPACE": "", **files})
+        return workspace
+
+    return make

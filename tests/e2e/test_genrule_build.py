@@ -1,0 +1,185 @@
+"""kiln build of genrules: outputs, incrementality, hermeticity and failures."""
+
+from __future__ import annotations
+
+import os
+
+from tests.e2e.harness import Workspace
+
+CHAIN = """
+genrule(name = "a", srcs = ["a.txt"], outs = ["a.out"], cmd = "tr a-z A-Z < $< > $@")
+genrule(name = "b", srcs = [":a.out"], outs = ["b.out"], cmd = "cat $(SRCS) $(SRCS) > $@")
+genrule(name = "c", srcs = [":b", "//lib:data.txt"], outs = ["c.out"], cmd = "cat $(SRCS) > $@")
+genrule(name = "d", srcs = ["d.txt"], outs = ["d.out"], cmd = "wc -c < $< > $@")
+"""
+
+
+def chain(ws: Workspace) -> None:
+    ws.write("app/BUILD", CHAIN)
+    ws.write("app/a.txt", "hello\n")
+    ws.write("app/d.txt", "four\n")
+    ws.write("lib/BUILD", 'exports_files(["data.txt"])\n')
+    ws.write("lib/data.txt", "data\n")
+
+
+def test_build_writes_outputs_under_kiln_out(ws: Workspace) -> None:
+    chain(ws)
+    run = ws.kiln("build", "//app:c", "//app:d")
+    assert run.code == 0, run.err
+    assert ws.out("app/a.out") == "HELLO\n"
+    assert ws.out("app/c.out") == "HELLO\nHELLO\ndata\n"
+    assert ws.out("app/d.out").strip() == "5"
+    assert run.executed == 4
+    assert "kiln-out/app/c.out" in run.err
+
+
+def test_changing_one_source_reruns_only_what_depends_on_it(ws: Workspace) -> None:
+    chain(ws)
+    assert ws.kiln("build", "//app:all").code == 0
+    ws.write("app/a.txt", "world\n")
+    run = ws.kiln("build", "//app:all")
+    assert run.code == 0
+    assert (run.executed, run.hits) == (3, 1)  # a, b, c ran; d was a hit
+    assert ws.out("app/c.out") == "WORLD\nWORLD\ndata\n"
+    ws.write("app/a.txt", "hello\n")
+    reverted = ws.kiln("build", "//app:all")
+    assert (reverted.executed, reverted.hits) == (0, 4)
+    assert ws.out("app/c.out") == "HELLO\nHELLO\ndata\n"
+
+
+def test_noop_build_executes_nothing(ws: Workspace) -> None:
+    chain(ws)
+    ws.kiln("build", "//app:all")
+    run = ws.kiln("build", "//app:all")
+    assert (run.executed, run.hits) == (0, 4)
+
+
+def test_outputs_are_read_only_hardlinks_of_the_cache(ws: Workspace) -> None:
+    chain(ws)
+    ws.kiln("build", "//app:a")
+    out = ws.root / "kiln-out/app/a.out"
+    assert os.stat(out).st_nlink >= 2
+    assert not os.access(out, os.W_OK) or os.geteuid() == 0
+    assert oct(os.stat(out).st_mode & 0o222) == "0o0"
+
+
+def test_reading_an_undeclared_workspace_file_fails(ws: Workspace) -> None:
+    ws.write("app/BUILD", 'genrule(name = "x", outs = ["x.out"], cmd = "cat app/secret > $@")\n')
+    ws.write("app/secret", "not declared\n")
+    run = ws.kiln("build", "//app:x")
+    assert run.code == 1
+    assert "app/secret: No such file or directory" in run.err
+    assert "ERROR: app/BUILD:1:1: Executing genrule //app:x failed: exited with code 1" in run.err
+    assert not (ws.root / "kiln-out/app/x.out").exists()
+
+
+def test_missing_declared_output_fails_naming_it(ws: Workspace) -> None:
+    ws.write(
+        "app/BUILD",
+        'genrule(name = "x", outs = ["x.out", "y.out"], cmd = "touch $(RULEDIR)/x.out")\n',
+    )
+    run = ws.kiln("build", "//app:x")
+    assert run.code == 1
+    assert "did not create declared output kiln-out/app/y.out" in run.err
+
+
+def test_stray_outputs_are_not_collected(ws: Workspace) -> None:
+    ws.write(
+        "app/BUILD",
+        'genrule(name = "x", outs = ["x.out"], cmd = "echo 1 > $@; echo 2 > $(RULEDIR)/stray")\n',
+    )
+    assert ws.kiln("build", "//app:x").code == 0
+    assert not (ws.root / "kiln-out/app/stray").exists()
+
+
+def test_action_timeout_kills_the_action(ws: Workspace) -> None:
+    ws.write("app/BUILD", 'genrule(name = "x", outs = ["x.out"], cmd = "sleep 30; touch $@")\n')
+    run = ws.kiln("build", "//app:x", "--action_timeout=0.5")
+    assert run.code == 1
+    assert "timed out after 0.5 s" in run.err
+
+
+def test_failure_shows_the_actions_output_and_caches_nothing(ws: Workspace) -> None:
+    ws.write("app/BUILD", 'genrule(name = "x", outs = ["x.out"], cmd = "echo oops >&2; exit 3")\n')
+    first = ws.kiln("build", "//app:x")
+    assert first.code == 1
+    assert "exited with code 3" in first.err and "oops" in first.err
+    second = ws.kiln("build", "//app:x")
+    assert second.executed == 0 and "exited with code 3" in second.err  # ran again: not cached
+
+
+def test_keep_going_builds_what_does_not_depend_on_the_failure(ws: Workspace) -> None:
+    ws.write(
+        "app/BUILD",
+        """
+        genrule(name = "bad", outs = ["bad.out"], cmd = "exit 1")
+        genrule(name = "after", srcs = [":bad.out"], outs = ["after.out"], cmd = "cp $< $@")
+        genrule(name = "good", outs = ["good.out"], cmd = "echo ok > $@")
+        """,
+    )
+    run = ws.kiln("build", "//app:all", "--keep_going", "--jobs=1")
+    assert run.code == 1
+    assert ws.out("app/good.out") == "ok\n"
+    assert not (ws.root / "kiln-out/app/after.out").exists()
+    assert "1 failed, 1 not run" in run.err
+
+
+def test_genrule_make_variables(ws: Workspace) -> None:
+    ws.write(
+        "app/BUILD",
+        """
+        genrule(name = "tool", outs = ["tool.sh"], cmd = "printf 'echo tool:$$1' > $@")
+        genrule(
+            name = "use",
+            srcs = ["in.txt"],
+            outs = ["use.out"],
+            tools = [":tool"],
+            cmd = "bash $(location :tool) $$(cat $(location in.txt)) > $@",
+        )
+        """,
+    )
+    ws.write("app/in.txt", "payload")
+    run = ws.kiln("build", "//app:use")
+    assert run.code == 0, run.err
+    assert ws.out("app/use.out") == "tool:payload\n"  # echo adds the newline
+
+
+def test_unknown_make_variable_is_an_analysis_error_naming_the_target(ws: Workspace) -> None:
+    ws.write("app/BUILD", 'genrule(name = "x", outs = ["x.out"], cmd = "echo $(FOO) > $@")\n')
+    run = ws.kiln("build", "//app:x")
+    assert run.code == 1
+    assert "ERROR: app/BUILD:1:1: //app:x: $(FOO) in cmd is not a known variable" in run.err
+    assert "Traceback" not in run.err
+
+
+def test_filegroup_passes_files_through(ws: Workspace) -> None:
+    ws.write(
+        "app/BUILD",
+        """
+        filegroup(name = "inputs", srcs = glob(["*.txt"]))
+        genrule(name = "all", srcs = [":inputs"], outs = ["all.out"], cmd = "cat $(SRCS) > $@")
+        """,
+    )
+    ws.write("app/1.txt", "one\n")
+    ws.write("app/2.txt", "two\n")
+    assert ws.kiln("build", "//app:all").code == 0
+    assert ws.out("app/all.out") == "one\ntwo\n"
+
+
+def test_explain_says_which_input_changed(ws: Workspace) -> None:
+    chain(ws)
+    first = ws.kiln("build", "//app:d", "--explain")
+    assert "EXPLAIN: Genrule //app:d: new action" in first.err
+    ws.write("app/d.txt", "forty\n")
+    run = ws.kiln("build", "//app:d", "--explain")
+    assert "EXPLAIN: Genrule //app:d: input changed: app/d.txt" in run.err
+
+
+def test_clean_removes_outputs_and_expunge_the_cache(ws: Workspace) -> None:
+    chain(ws)
+    ws.kiln("build", "//app:d")
+    assert ws.kiln("clean").code == 0
+    assert not (ws.root / "kiln-out").exists()
+    assert ws.kiln("build", "//app:d").hits == 1  # the disk cache survived
+    assert ws.kiln("clean", "--expunge").code == 0
+    assert ws.kiln("build", "//app:d").executed == 1

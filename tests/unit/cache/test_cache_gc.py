@@ -1,0 +1,173 @@
+"""kiln.cache.gc: size-bounded LRU collection of blobs and action-cache entries."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from kiln.cache.action_cache import ActionCache, ActionResult, OutputFile
+from kiln.cache.cas import ContentStore
+from kiln.cache.digest import Digest
+from kiln.cache.gc import GcReport, collect
+
+NOW = time.time_ns()
+
+
+def age(path: Path, seconds: float) -> None:
+    """Make path look last used `seconds` ago."""
+    ns = NOW - int(seconds * 1e9)
+    os.utime(path, ns=(ns, ns))
+
+
+@pytest.fixture
+def cas(tmp_path: Path) -> ContentStore:
+    return ContentStore(tmp_path)
+
+
+@pytest.fixture
+def ac(tmp_path: Path) -> ActionCache:
+    return ActionCache(tmp_path)
+
+
+def blob(cas: ContentStore, fill: bytes, seconds_ago: float, size: int = 100) -> Digest:
+    d = cas.put_bytes(fill * size)
+    age(cas.path(d), seconds_ago)
+    return d
+
+
+def key(n: int) -> str:
+    return f"{n:02x}" * 32
+
+
+def test_under_the_limit_nothing_is_removed(tmp_path: Path, cas: ContentStore) -> None:
+    d = blob(cas, b"a", 10_000)
+    report = collect(tmp_path, max_bytes=1000)
+    assert report == GcReport(100, 100, 0, 0)
+    assert cas.has(d)
+
+
+def test_least_recently_used_blobs_go_first(tmp_path: Path, cas: ContentStore) -> None:
+    old, older, oldest = blob(cas, b"a", 1000), blob(cas, b"b", 2000), blob(cas, b"c", 3000)
+    report = collect(tmp_path, max_bytes=250)
+    assert report == GcReport(300, 200, 1, 0)
+    assert not cas.has(oldest)
+    assert cas.has(older)
+    assert cas.has(old)
+    assert collect(tmp_path, max_bytes=100).blobs_removed == 1
+    assert not cas.has(older)
+    assert cas.has(old)
+
+
+def test_blobs_used_within_the_grace_period_are_kept_even_over_the_limit(
+    tmp_path: Path, cas: ContentStore
+) -> None:
+    recent = [blob(cas, fill, 60) for fill in (b"a", b"b", b"c")]
+    old = blob(cas, b"d", 1000)
+    report = collect(tmp_path, max_bytes=0, grace_seconds=300)
+    assert report == GcReport(400, 300, 1, 0)
+    assert all(cas.has(d) for d in recent)
+    assert not cas.has(old)
+
+
+def test_a_hit_makes_old_blobs_recently_used(
+    tmp_path: Path, cas: ContentStore, ac: ActionCache
+) -> None:
+    hit = blob(cas, b"h", 5000)
+    unused = blob(cas, b"u", 1000)
+    ac.put(key(1), ActionResult((OutputFile("out", hit),)))
+    age(ac.path(key(1)), 5000)
+    assert ac.lookup(key(1), cas) is not None
+    collect(tmp_path, max_bytes=200, grace_seconds=300)
+    assert cas.has(hit)
+    assert ac.get(key(1)) is not None
+    assert not cas.has(unused)
+
+
+def test_entries_go_before_blobs_of_the_same_age(
+    tmp_path: Path, cas: ContentStore, ac: ActionCache
+) -> None:
+    d = blob(cas, b"x", 1000)
+    ac.put(key(2), ActionResult((OutputFile("out", d),)))
+    age(ac.path(key(2)), 1000)
+    entry_size = ac.path(key(2)).stat().st_size
+    report = collect(tmp_path, max_bytes=100)
+    assert report == GcReport(100 + entry_size, 100, 0, 1)
+    assert ac.get(key(2)) is None
+    assert cas.has(d)
+
+
+def test_an_old_entry_whose_blob_was_collected_is_only_a_miss(
+    tmp_path: Path, cas: ContentStore, ac: ActionCache
+) -> None:
+    old_blob = blob(cas, b"o", 9000)
+    ac.put(key(3), ActionResult((OutputFile("out", old_blob),)))
+    age(ac.path(key(3)), 10)  # the entry is recent, its blob is not
+    collect(tmp_path, max_bytes=10, grace_seconds=0)
+    assert not cas.has(old_blob)
+    assert ac.lookup(key(3), cas) is None
+
+
+def test_collection_leaves_the_store_consistent(
+    tmp_path: Path, cas: ContentStore, ac: ActionCache
+) -> None:
+    digests = [blob(cas, bytes([65 + i]), 100 * i + 400, size=50 + i) for i in range(20)]
+    for i in range(10):
+        ac.put(
+            key(i), ActionResult((OutputFile("a", digests[i]), OutputFile("b", digests[i + 10])))
+        )
+        age(ac.path(key(i)), 100 * i + 450)
+    report = collect(tmp_path, max_bytes=800, grace_seconds=300)
+    assert report.bytes_after <= 800
+    assert report.blobs_removed + report.entries_removed > 0
+    remaining = list((tmp_path / "cas").glob("??/*"))
+    assert len(remaining) == 20 - report.blobs_removed
+    for path in remaining:
+        assert cas.verify(Digest(path.name, path.stat().st_size))
+    for i in range(10):
+        result = ac.lookup(key(i), cas)  # a hit or a clean miss, never an error
+        if result is not None:
+            assert all(cas.has(f.digest) for f in result.output_files)
+    assert list(tmp_path.rglob(".tmp.*")) == []
+
+
+def test_stale_temps_are_removed_and_fresh_ones_kept(tmp_path: Path, cas: ContentStore) -> None:
+    cas.put_bytes(b"x")
+    shard = next((tmp_path / "cas").glob("??"))
+    stale = [tmp_path / "cas" / ".tmp.crashed", shard / ".tmp.crashed", tmp_path / "ac" / "ab"]
+    stale[2].mkdir(parents=True)
+    stale[2] = stale[2] / ".tmp.crashed"
+    fresh = shard / ".tmp.writing"
+    for p in [*stale, fresh]:
+        p.write_bytes(b"partial")
+    for p in stale:
+        age(p, 1000)
+    report = collect(tmp_path, max_bytes=10**9)
+    assert report.temps_removed == 3
+    assert report.bytes_before == 1  # temps are not blobs
+    assert not any(p.exists() for p in stale)
+    assert fresh.exists()
+
+
+def test_missing_cache_directories_are_an_empty_cache(tmp_path: Path) -> None:
+    assert collect(tmp_path / "new", max_bytes=0) == GcReport(0, 0, 0, 0)
+
+
+def test_two_collections_never_run_at_once(tmp_path: Path, cas: ContentStore) -> None:
+    blob(cas, b"a", 1000)
+    reports: list[GcReport] = []
+    fd = os.open(tmp_path / "gc.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another collection is running
+        worker = threading.Thread(target=lambda: reports.append(collect(tmp_path, 0)))
+        worker.start()
+        worker.join(0.3)
+        assert worker.is_alive()
+        assert reports == []
+    finally:
+        os.close(fd)
+    worker.join(10)
+    assert reports == [GcReport(100, 0, 1, 0)]

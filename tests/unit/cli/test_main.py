@@ -1,0 +1,201 @@
+"""The kiln command line: startup options, rc files, working directory, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace
+
+FILES = {
+    "app/BUILD": """\
+        filegroup(name = "app", srcs = ["main.py", "//lib"])
+        filegroup(name = "extra")
+        """,
+    "app/main.py": "",
+    "app/sub/BUILD": 'filegroup(name = "sub")\n',
+    "lib/BUILD": 'filegroup(name = "lib")\n',
+}
+
+
+@pytest.fixture
+def ws(make_workspace: MakeWorkspace) -> FixtureWorkspace:
+    return make_workspace(FILES)
+
+
+# -- exit codes and messages ---------------------------------------------------
+
+
+def test_help_and_version_exit_0(ws: FixtureWorkspace) -> None:
+    assert ws.kiln("help").code == 0
+    assert ws.kiln().out.startswith("Usage: kiln")
+    version = ws.kiln("version")
+    assert (version.code, version.out) == (0, "kiln 0.1.0\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["frobnicate"], "ERROR: unknown command 'frobnicate'\n  hint: commands: "),
+        (["--bogus", "query", "//..."], "ERROR: unknown startup option '--bogus'\n"),
+        (["query"], "ERROR: kiln query: Missing argument 'EXPRESSION'."),
+        (["query", "--outptu=json", "//..."], "ERROR: unknown option '--outptu' for 'kiln query'"),
+        (["query", "--output=yaml", "//..."], "ERROR: kiln query: Invalid value for '--output'"),
+    ],
+)
+def test_usage_errors_exit_1_with_one_message(
+    ws: FixtureWorkspace, args: list[str], message: str
+) -> None:
+    result = ws.kiln(*args)
+    assert result.code == 1
+    assert result.err.startswith(message)
+    assert "Traceback" not in result.err
+
+
+def test_outside_a_workspace_is_a_user_error(tmp_path: Path, ws: FixtureWorkspace) -> None:
+    outside = tmp_path / "nowhere"
+    outside.mkdir()
+    with ws.monkeypatch.context() as patch:
+        patch.setattr(ws, "root", outside)
+        result = ws.kiln("query", "//...")
+    assert result.code == 1
+    assert result.err.startswith(
+        f"ERROR: not inside a kiln workspace: no WORKSPACE file in {outside}"
+    )
+
+
+def test_a_bug_in_kiln_exits_2_with_a_traceback(
+    ws: FixtureWorkspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def explode(*args: object) -> None:
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr("kiln.query.engine.QueryEngine.evaluate", explode)
+    result = ws.kiln("query", "//...")
+    assert result.code == 2
+    assert "INTERNAL ERROR: kiln crashed; this is a bug in kiln" in result.err
+    assert "Traceback" in result.err and "ZeroDivisionError: boom" in result.err
+
+
+# -- the working directory sets the current package ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("cwd", "pattern", "expected"),
+    [
+        ("", "//app", ["//app:app"]),
+        ("app", ":extra", ["//app:extra"]),
+        ("app", "extra", ["//app:extra"]),
+        ("app", ":all", ["//app:app", "//app:extra"]),
+        ("app", "...", ["//app:app", "//app:extra", "//app/sub:sub"]),
+        ("app", "sub", ["//app/sub:sub"]),  # a/b names the package's default target first
+        ("app", "sub:sub", ["//app/sub:sub"]),
+        ("app", "main.py", ["//app:main.py"]),
+        ("app/sub", ":sub", ["//app/sub:sub"]),
+        ("app/sub", "//lib", ["//lib:lib"]),
+    ],
+)
+def test_working_directory_sets_the_current_package(
+    ws: FixtureWorkspace, cwd: str, pattern: str, expected: list[str]
+) -> None:
+    assert ws.query(pattern, cwd=cwd) == expected
+
+
+def test_relative_pattern_naming_nothing_is_an_error(ws: FixtureWorkspace) -> None:
+    result = ws.kiln("query", "nothing/here", cwd="app")
+    assert result.code == 1
+    assert result.err == (
+        "ERROR: no such target '//app:nothing/here': package 'app' declares no target "
+        "'nothing/here' and has no file of that name\n"
+    )
+
+
+# -- rc files through `kiln query` ----------------------------------------------
+
+
+def test_workspace_rc_query_option_takes_effect(ws: FixtureWorkspace) -> None:
+    ws.write({".kilnrc": "query --output=json\n"})
+    result = ws.kiln("query", "//lib")
+    assert result.code == 0, result.err
+    assert [t["label"] for t in json.loads(result.out)] == ["//lib:lib"]
+
+
+def test_command_line_option_overrides_the_rc_file(ws: FixtureWorkspace) -> None:
+    ws.write({".kilnrc": "query --output=json\n"})
+    assert ws.query("//lib", "--output=label") == ["//lib:lib"]
+
+
+def test_home_rc_is_read_after_the_workspace_rc(ws: FixtureWorkspace, home: Path) -> None:
+    ws.write({".kilnrc": "query --output=json\n"})
+    (home / ".kilnrc").write_text("query --output=label_kind\n")
+    assert ws.query("//lib") == ["filegroup rule //lib:lib"]
+
+
+def test_nohome_rc_skips_the_home_rc(ws: FixtureWorkspace, home: Path) -> None:
+    (home / ".kilnrc").write_text("query --output=label_kind\n")
+    result = ws.kiln("--nohome_rc", "query", "//lib")
+    assert (result.code, result.out) == (0, "//lib:lib\n")
+
+
+def test_noworkspace_rc_skips_the_workspace_rc(ws: FixtureWorkspace) -> None:
+    ws.write({".kilnrc": "query --output=label_kind\n"})
+    result = ws.kiln("--noworkspace_rc", "query", "//lib")
+    assert (result.code, result.out) == (0, "//lib:lib\n")
+
+
+def test_config_selects_config_lines(ws: FixtureWorkspace) -> None:
+    ws.write({".kilnrc": "query:kinds --output=label_kind\n"})
+    assert ws.query("//lib") == ["//lib:lib"]
+    assert ws.query("//lib", "--config=kinds") == ["filegroup rule //lib:lib"]
+
+
+def test_build_lines_do_not_reach_query(ws: FixtureWorkspace) -> None:
+    ws.write({".kilnrc": "build --jobs=4\nbuild:ci --keep_going\n"})
+    assert ws.query("//lib") == ["//lib:lib"]
+
+
+def test_common_options_a_command_does_not_know_are_dropped(ws: FixtureWorkspace) -> None:
+    ws.write({".kilnrc": "common --keep_going\ncommon --output=label_kind\n"})
+    assert ws.query("//lib") == ["filegroup rule //lib:lib"]
+
+
+def test_common_options_keep_or_drop_their_separate_values(ws: FixtureWorkspace) -> None:
+    ws.write({".kilnrc": "common --jobs 4\ncommon --output label_kind\n"})
+    assert ws.query("//lib") == ["filegroup rule //lib:lib"]
+
+
+def test_unknown_rc_option_names_the_rc_line(ws: FixtureWorkspace) -> None:
+    ws.write({".kilnrc": "# options\nquery --bogus\n"})
+    result = ws.kiln("query", "//lib")
+    assert result.code == 1
+    assert result.err == (
+        f"ERROR: unknown option '--bogus' for 'kiln query' (from {ws.root / '.kilnrc'}:2)\n"
+        "  hint: see 'kiln query --help'\n"
+    )
+
+
+def test_bad_rc_line_is_a_located_error(ws: FixtureWorkspace) -> None:
+    ws.write({".kilnrc": "qeury --output=json\n"})
+    result = ws.kiln("query", "//lib")
+    assert result.code == 1
+    assert result.err.startswith(f"ERROR: {ws.root / '.kilnrc'}:1: unknown command 'qeury'")
+
+
+def test_verbose_failures_from_the_rc_file_shows_the_starlark_stack(
+    ws: FixtureWorkspace,
+) -> None:
+    ws.write({"bad/BUILD": "filegroup(name = 1)\n"})
+    assert "Traceback" not in ws.kiln("query", "//bad:all").err
+    ws.write({".kilnrc": "query --verbose_failures\n"})
+    result = ws.kiln("query", "//bad:all")
+    assert result.code == 1
+    assert "* bad/BUILD:1, in <module>" in result.err  # the Starlark stack, not Python's
+
+
+def test_undecodable_kilnignore_is_a_user_error(ws: FixtureWorkspace) -> None:
+    (ws.root / ".kilnignore").write_bytes(b"\xff\n")
+    result = ws.kiln("query", "//...")
+    assert result.code == 1
+    assert result.err.startswith(f"ERROR: cannot read {ws.root / '.kilnignore'}: 'utf-8' codec")

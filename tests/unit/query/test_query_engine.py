@@ -1,0 +1,217 @@
+"""`kiln query` functions and operators, on a small fixture workspace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.kiln_workspace import FixtureWorkspace, write_files
+
+FILES = {
+    "models/BUILD": """\
+        package(default_visibility = ["//visibility:public"])
+
+        torch_model(
+            name = "mlp",
+            src = "mlp.py",
+            deps = ["//lib:layers"],
+            factory = "mlp:build",
+            inputs = [{"name": "x", "shape": [8, 10]}],
+        )
+
+        aoti_package(
+            name = "mlp_pt2",
+            model = ":mlp",
+        )
+
+        genrule(
+            name = "report",
+            srcs = [":mlp_pt2", "notes.txt"],
+            outs = ["report.txt"],
+            cmd = "cat $(SRCS) > $@",
+        )
+        """,
+    "models/mlp.py": "",
+    "models/notes.txt": "",
+    "lib/BUILD": """\
+        filegroup(name = "layers", srcs = ["layers.py", ":common"])
+        filegroup(name = "common", srcs = ["common.py"])
+        """,
+    "lib/layers.py": "",
+    "lib/common.py": "",
+    "tools/BUILD": """\
+        genrule(name = "tool", outs = ["tool.sh"], cmd = "touch $@", executable = True)
+        """,
+}
+
+REPORT_CLOSURE = [
+    "//lib:common",
+    "//lib:common.py",
+    "//lib:layers",
+    "//lib:layers.py",
+    "//models:mlp",
+    "//models:mlp.py",
+    "//models:mlp_pt2",
+    "//models:notes.txt",
+    "//models:report",
+]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # One workspace for the module: queries only read it.
+    path = tmp_path_factory.mktemp("query") / "ws"
+    write_files(path, {"WORKSPACE": "", **FILES})
+    return path
+
+
+@pytest.fixture
+def ws(
+    root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> FixtureWorkspace:
+    return FixtureWorkspace(root, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        (
+            "//...",
+            [
+                "//lib:common",
+                "//lib:layers",
+                "//models:mlp",
+                "//models:mlp_pt2",
+                "//models:report",
+                "//tools:tool",
+            ],
+        ),
+        ("deps(//models:report)", REPORT_CLOSURE),
+        ("deps(//models:report, 1)", ["//models:mlp_pt2", "//models:notes.txt", "//models:report"]),
+        ("deps(//models:report, 0)", ["//models:report"]),
+        (
+            "deps(//models:report, 2)",
+            ["//models:mlp", "//models:mlp_pt2", "//models:notes.txt", "//models:report"],
+        ),
+        ("deps(//models:report.txt, 1)", ["//models:report", "//models:report.txt"]),
+        (
+            "rdeps(//..., //lib:common.py)",
+            [
+                "//lib:common",
+                "//lib:common.py",
+                "//lib:layers",
+                "//models:mlp",
+                "//models:mlp_pt2",
+                "//models:report",
+            ],
+        ),
+        ("rdeps(//..., //lib:common.py, 1)", ["//lib:common", "//lib:common.py"]),
+        ("rdeps(//lib:all, //lib:common)", ["//lib:common", "//lib:layers"]),
+        ("kind(genrule, //...)", ["//models:report", "//tools:tool"]),
+        ("kind('^filegroup rule$', //...)", ["//lib:common", "//lib:layers"]),
+        ("kind(rule, deps(//models:mlp))", ["//lib:common", "//lib:layers", "//models:mlp"]),
+        ("kind('source file', deps(//lib:layers))", ["//lib:common.py", "//lib:layers.py"]),
+        ("kind('generated file', //...:*)", ["//models:report.txt", "//tools:tool.sh"]),
+        ("attr(factory, '^mlp:', //...)", ["//models:mlp"]),
+        ("attr(executable, 1, //...)", ["//tools:tool"]),
+        ("attr(srcs, 'notes', //...)", ["//models:report"]),
+        (
+            "attr(visibility, public, //...)",
+            ["//models:mlp", "//models:mlp_pt2", "//models:report"],
+        ),
+        (
+            "filter('\\.py$', deps(//models:report))",
+            ["//lib:common.py", "//lib:layers.py", "//models:mlp.py"],
+        ),
+        ("labels(srcs, //lib:layers)", ["//lib:common", "//lib:layers.py"]),
+        (
+            "deps(//models:report) - deps(//models:mlp)",
+            ["//models:mlp_pt2", "//models:notes.txt", "//models:report"],
+        ),
+        (
+            "deps(//models:report) except deps(//models:mlp_pt2, 1)",
+            [
+                "//lib:common",
+                "//lib:common.py",
+                "//lib:layers",
+                "//lib:layers.py",
+                "//models:mlp.py",
+                "//models:notes.txt",
+                "//models:report",
+            ],
+        ),
+        ("//lib:all + //tools:all", ["//lib:common", "//lib:layers", "//tools:tool"]),
+        ("//lib:all union //tools:tool", ["//lib:common", "//lib:layers", "//tools:tool"]),
+        (
+            "//models:* ^ deps(//models:report, 1)",
+            ["//models:mlp_pt2", "//models:notes.txt", "//models:report"],
+        ),
+        (
+            "deps(//models:mlp) intersect //lib:*",
+            ["//lib:common", "//lib:common.py", "//lib:layers", "//lib:layers.py"],
+        ),
+        ("set(//tools:tool //lib:layers)", ["//lib:layers", "//tools:tool"]),
+        (
+            "somepath(//models:report, //lib:common.py)",
+            [
+                "//lib:common",
+                "//lib:common.py",
+                "//lib:layers",
+                "//models:mlp",
+                "//models:mlp_pt2",
+                "//models:report",
+            ],
+        ),
+        (
+            "allpaths(//models:mlp, //lib:layers.py)",
+            ["//lib:layers", "//lib:layers.py", "//models:mlp"],
+        ),
+        ("somepath(//tools:tool, //lib:layers)", []),
+        ("tests(//...)", []),
+    ],
+)
+def test_query(ws: FixtureWorkspace, expression: str, expected: list[str]) -> None:
+    assert ws.query(expression) == expected
+
+
+def test_relative_patterns_in_queries_use_the_working_directory(ws: FixtureWorkspace) -> None:
+    assert ws.query("deps(:layers, 1)", cwd="lib") == [
+        "//lib:common",
+        "//lib:layers",
+        "//lib:layers.py",
+    ]
+    assert ws.query("rdeps(//..., common.py, 1) - :common", cwd="lib") == ["//lib:common.py"]
+
+
+def test_empty_result_says_so_and_succeeds(ws: FixtureWorkspace) -> None:
+    result = ws.kiln("query", "//lib:all - //lib:*")
+    assert (result.code, result.out, result.err) == (0, "", "INFO: empty results\n")
+
+
+@pytest.mark.parametrize(
+    ("expression", "error"),
+    [
+        (
+            "//models:reprot",
+            "ERROR: no such target '//models:reprot': package 'models' declares no "
+            "target 'reprot' and has no file of that name\n  hint: did you mean 'report'?\n",
+        ),
+        ("deps(//nowhere:x)", "ERROR: no such package 'nowhere': no BUILD file in nowhere/\n"),
+        ("'-//lib:all'", "ERROR: '-//lib:all': negative patterns are written 'X - Y' in queries\n"),
+        (
+            "kind('(', //...)",
+            "ERROR: invalid regular expression '(': missing ), unterminated "
+            "subpattern at position 0\n",
+        ),
+        (
+            "//lib:a:b",
+            "ERROR: invalid target pattern '//lib:a:b': target name contains the character ':'\n",
+        ),
+    ],
+)
+def test_query_errors_exit_1_with_one_message(
+    ws: FixtureWorkspace, expression: str, error: str
+) -> None:
+    result = ws.kiln("query", expression)
+    assert (result.code, result.out, result.err) == (1, "", error)

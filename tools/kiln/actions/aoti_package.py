@@ -1,0 +1,94 @@
+"""AotiPackage: compile an exported program into an AOTInductor .pt2 package.
+
+Backend "inductor": torch._inductor.aoti_compile_and_package. Backend
+"tensorrt": torch_tensorrt.dynamo.compile with Input(min, opt, max) ranges,
+then torch_tensorrt.save(..., output_format="aot_inductor", retrace=True),
+as the Torch-TensorRT AOTInductor guide shows.
+
+Reproducibility: inductor embeds its cache path in generated sources, and a
+warm cache adds comments; the package's top folder is the file's stem. So
+each action compiles with a private, emptied cache at a path derived from the
+action's spec (held under an flock while in use), and writes a fixed file
+name. Identical inputs then give byte-identical packages where torch allows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from kiln.actions import spec as action_spec
+from kiln.actions.spec import ActionFailure
+
+
+@contextlib.contextmanager
+def private_inductor_cache(spec: dict[str, Any]) -> Iterator[Path]:
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    # A fixed path (not the per-run execroot, not $TMPDIR) so the generated
+    # sources, which embed it, are the same from run to run.
+    base = Path("/tmp") / f"kiln-inductor-{digest}"
+    lock = os.open(f"{base}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.rmtree(base, ignore_errors=True)
+        base.mkdir()
+        yield base
+        shutil.rmtree(base, ignore_errors=True)
+    finally:
+        os.close(lock)
+
+
+def cpu_target_env(cpu_target: str) -> dict[str, str]:
+    """Environment selecting the CPU instruction set inductor compiles for."""
+    if cpu_target == "native":
+        return {}
+    capability = {
+        "x86-64-v3": "avx2",
+        "x86-64-v4": "avx512",
+        "x86-64-v2": "default",
+        "x86-64": "default",
+    }.get(cpu_target, "default")
+    return {"TORCHINDUCTOR_CPP_MARCH": cpu_target, "ATEN_CPU_CAPABILITY": capability}
+
+
+def main(spec: dict[str, Any]) -> None:
+    output = Path(spec["output"]).resolve()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with private_inductor_cache(spec) as cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
+        os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
+        os.environ.update(cpu_target_env(spec["cpu_target"]))
+        import torch
+
+        program = torch.export.load(spec["program"])
+        if spec["backend"] == "tensorrt":
+            from kiln.actions import tensorrt_backend
+
+            tensorrt_backend.package(program, spec, output, cache)
+        else:
+            _inductor(torch, program, spec, output)
+
+
+def _inductor(torch: Any, program: Any, spec: dict[str, Any], output: Path) -> None:
+    import torch._inductor
+
+    try:
+        torch._inductor.aoti_compile_and_package(
+            program, package_path=str(output), inductor_configs=spec["inductor_configs"]
+        )
+    except Exception as error:
+        raise ActionFailure(
+            f"AOTInductor packaging failed: {type(error).__name__}: {str(error).strip()[:2000]}"
+        ) from error
+
+
+if __name__ == "__main__":
+    action_spec.run(main, sys.argv[1:])

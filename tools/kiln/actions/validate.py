@@ -1,0 +1,99 @@
+"""AotiValidate: load a .pt2 in a fresh process and compare it with eager.
+
+Runs the package at the min, opt and max of every dynamic dimension and
+compares each output with the eager model within rtol/atol. This action
+never runs in a persistent worker: some bad inputs abort the whole process
+(an uncaught c10::Error), and that must fail this check, not a worker. The
+report (JSON) records the largest error, which the build prints.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kiln.actions import spec as action_spec
+from kiln.actions.model_loading import build_model, example_inputs
+from kiln.actions.spec import ActionFailure
+
+
+def shape_points(spec: dict[str, Any]) -> list[tuple[str, dict[str, list[int]]]]:
+    """(point name, input shapes) at the min, opt and max of the dynamic dims."""
+    dims = spec["dynamic_dims"]
+    if not dims:
+        return [("example", {i["name"]: i["shape"] for i in spec["inputs"]})]
+    points = []
+    for point in ("min", "opt", "max"):
+        shapes = {i["name"]: list(i["shape"]) for i in spec["inputs"]}
+        for dim in dims:
+            value = dim[point] if point != "opt" else (dim.get("opt") or _example(spec, dim))
+            for name, axis in dim["axes"].items():
+                shapes[name][axis] = value
+        points.append((point, shapes))
+    return points
+
+
+def _example(spec: dict[str, Any], dim: dict[str, Any]) -> int:
+    name, axis = next(iter(dim["axes"].items()))
+    shape: list[int] = next(i["shape"] for i in spec["inputs"] if i["name"] == name)
+    return int(shape[axis])
+
+
+def main(spec: dict[str, Any]) -> None:
+    import torch
+    import torch._inductor
+
+    if spec["backend"] == "tensorrt":
+        import torch_tensorrt  # noqa: F401 - registers the TensorRT engine class the package needs
+
+    device = torch.device(spec["device"])
+    model = build_model(spec["model"]).to(device)
+    package = torch._inductor.aoti_load_package(spec["package"])
+    checks = []
+    worst = 0.0
+    for point, shapes in shape_points(spec):
+        args = tuple(t.to(device) for t in example_inputs(spec["inputs"], shapes, seed=1))
+        with torch.no_grad():
+            expected = _flatten(model(*args))
+            actual = _flatten(package(*args))
+        if len(expected) != len(actual):
+            raise ActionFailure(
+                f"at {point} {shapes}: the package returned {len(actual)} outputs, eager "
+                f"{len(expected)}"
+            )
+        error = max(
+            (float((a.float() - e.float()).abs().max()) if a.numel() else 0.0)
+            for a, e in zip(actual, expected, strict=True)
+        )
+        ok = all(
+            torch.allclose(a.float(), e.float(), rtol=spec["rtol"], atol=spec["atol"])
+            for a, e in zip(actual, expected, strict=True)
+        )
+        checks.append({"point": point, "shapes": shapes, "max_abs_error": error, "ok": ok})
+        worst = max(worst, error)
+        if not ok:
+            raise ActionFailure(
+                f"validation failed at the {point} shapes {shapes}: max abs error {error:.3g} "
+                f"exceeds rtol={spec['rtol']:g}, atol={spec['atol']:g}"
+            )
+    report = {"package": spec["package"], "max_abs_error": worst, "checks": checks}
+    Path(spec["output"]).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    print(f"validated: max abs error {worst:.3g} over {len(checks)} shape points")
+
+
+def _flatten(value: Any) -> list[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _flatten(v)]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _flatten(v)]
+    return []
+
+
+if __name__ == "__main__":
+    action_spec.run(main, sys.argv[1:])

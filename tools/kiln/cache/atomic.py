@@ -1,0 +1,86 @@
+"""Crash-safe file replacement, shared by every on-disk format of the cache.
+
+A file is written under a temp name in its final directory (`.tmp.<random>`),
+fsynced, given its final mode, renamed over its final name with os.replace,
+and the directory is fsynced so the rename itself survives a power cut. A
+reader therefore sees the old file, the new file, or no file; never a
+partial one. On any exception, KeyboardInterrupt included, the temp is
+unlinked; a temp left by a killed process is removed by GC once it is older
+than GC's grace period (see gc.py), which is why every temp shares one
+prefix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+TEMP_PREFIX = ".tmp."
+
+
+def temp_path(directory: Path) -> Path:
+    """A fresh, unused-with-overwhelming-probability temp name in directory."""
+    return directory / f"{TEMP_PREFIX}{secrets.token_hex(8)}"
+
+
+def is_temp(name: str) -> bool:
+    return name.startswith(TEMP_PREFIX)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dirs(directory: Path) -> None:
+    """mkdir -p, fsyncing the parent of each directory it creates."""
+    if directory.is_dir():
+        return
+    make_dirs(directory.parent)
+    try:
+        directory.mkdir()
+    except FileExistsError:
+        return  # another process made it; it fsyncs the parent
+    fsync_dir(directory.parent)
+
+
+def publish(temp: Path, dest: Path) -> None:
+    """Rename a finished, fsynced temp over dest and make the rename durable."""
+    os.replace(temp, dest)
+    fsync_dir(dest.parent)
+
+
+def unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+@contextlib.contextmanager
+def atomic_writer(dest: Path, mode: int = 0o444) -> Iterator[BinaryIO]:
+    """Yield a file to write dest's new content into; dest changes only on success."""
+    make_dirs(dest.parent)
+    fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=dest.parent)
+    temp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+        publish(temp, dest)
+    except BaseException:
+        unlink_quietly(temp)
+        raise
+
+
+def write_atomic(dest: Path, data: bytes, mode: int = 0o444) -> None:
+    with atomic_writer(dest, mode) as f:
+        f.write(data)

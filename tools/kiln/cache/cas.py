@@ -1,0 +1,294 @@
+"""The content-addressed store (CAS): blobs named by their digest.
+
+On disk, under the cache root:
+
+    cas/<first 2 hex digits>/<hash>      the blob, mode 0444
+    cas/<first 2 hex digits>/<hash>.x    the same content, mode 0555
+    cas/.tmp.* and cas/<xx>/.tmp.*      writes in progress (or left by a crash)
+
+A blob is either whole or absent: it is written under a temp name in its
+shard directory, fsynced, renamed into place and the directory fsynced
+(atomic.py). Its name is its hash, so a reader can always re-hash it and
+compare (verify). has() checks presence and size only: a stat, never a hash.
+
+Executable outputs get their own copy because hard links share one inode and
+so one mode: a blob cannot be 0444 under one name and 0555 under another.
+Outputs are delivered as hard links of the blobs (materialize), so a
+multi-GB model costs a link, not a copy; blobs are read-only so that a hard
+link cannot be used to edit one in place (root ignores modes: kiln relies on
+its own code never writing into a materialized file).
+
+put_file hard-links its source into the store instead of copying it only
+when that is safe: a regular file (not a symlink) with a single link whose
+mode is already the blob's (0444, or 0555 for the executable variant), the
+way an executor leaves an action's outputs once the action has finished (as
+Bazel does) to capture them without copying. Anything else may still be
+written in place by someone, or would change mode under its owner's feet
+(a blob stored again as executable, for one), so it is copied. Linking
+refreshes the source's mtime: it is the blob's inode now.
+
+The mtime of a blob is its last use, for LRU garbage collection (gc.py):
+put_file sets it, touch() refreshes it, the action cache touches the blobs a
+hit names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+from kiln.cache.atomic import (
+    TEMP_PREFIX,
+    make_dirs,
+    publish,
+    temp_path,
+    unlink_quietly,
+)
+from kiln.cache.digest import Digest, digest_bytes, digest_file, new_hasher
+from kiln.errors import KilnError
+
+_BUFFER_SIZE = 1 << 20
+_COPY_CHUNK = 1 << 30
+# copy_file_range() failures that mean "use read/write": not across these
+# filesystems, not on this kernel, not for these files.
+_NO_COPY_FILE_RANGE = frozenset(
+    {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EPERM}
+)
+# link() failures that mean "copy instead": another filesystem, a filesystem
+# without hard links, too many links, or protected_hardlinks.
+_CANNOT_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES})
+
+
+def _mode(executable: bool) -> int:
+    return 0o555 if executable else 0o444
+
+
+class ContentStore:
+    """Blobs under `root/cas`, named by their `function` digest."""
+
+    def __init__(self, root: Path, function: str = "sha256") -> None:
+        new_hasher(function)  # rejects an unknown function now, not at the first write
+        self.root = Path(root)
+        self.function = function
+        self._dir = self.root / "cas"
+
+    def path(self, digest: Digest, executable: bool = False) -> Path:
+        name = digest.hash + ".x" if executable else digest.hash
+        return self._dir / digest.hash[:2] / name
+
+    def has(self, digest: Digest, executable: bool = False) -> bool:
+        """The blob is present with the right size (its content is not re-hashed)."""
+        try:
+            return os.stat(self.path(digest, executable)).st_size == digest.size
+        except FileNotFoundError:
+            return False
+
+    def touch(self, digest: Digest, executable: bool = False) -> None:
+        """Mark the blob as used now; a missing blob is not an error."""
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            os.utime(self.path(digest, executable))
+
+    def put_file(self, src: Path, digest: Digest | None = None, executable: bool = False) -> Digest:
+        """Store src's content; `digest`, when given, is trusted to be its digest."""
+        src = Path(src)
+        if digest is not None and self.has(digest, executable):
+            self.touch(digest, executable)
+            return digest
+        st = os.lstat(src)
+        linkable = (
+            stat.S_ISREG(st.st_mode)
+            and st.st_nlink == 1
+            and stat.S_IMODE(st.st_mode) == _mode(executable)
+            and st.st_dev == self._device()
+        )
+        if digest is None and not linkable:
+            return self._copy_in(src, None, executable)
+        if digest is None:
+            digest = digest_file(src, self.function)
+            if self.has(digest, executable):
+                self.touch(digest, executable)
+                return digest
+        if not (linkable and self._link_in(src, digest, executable)):
+            self._copy_in(src, digest, executable)
+        return digest
+
+    def put_bytes(self, data: bytes) -> Digest:
+        digest = digest_bytes(data, self.function)
+        if self.has(digest):
+            self.touch(digest)
+            return digest
+        dest = self.path(digest)
+        make_dirs(dest.parent)
+        temp = temp_path(dest.parent)
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                _seal(fd, _mode(False))
+            finally:
+                os.close(fd)
+            publish(temp, dest)
+        except BaseException:
+            unlink_quietly(temp)
+            raise
+        return digest
+
+    def read_bytes(self, digest: Digest) -> bytes:
+        """The blob's content, checked against its digest."""
+        for executable in (False, True):
+            try:
+                data = self.path(digest, executable).read_bytes()
+            except FileNotFoundError:
+                continue
+            if digest_bytes(data, self.function) != digest:
+                raise KilnError(f"corrupt blob in the local cache: {self.path(digest, executable)}")
+            return data
+        raise KilnError(f"blob {digest} is not in the local cache")
+
+    def materialize(self, digest: Digest, dest: Path, executable: bool = False) -> None:
+        """Make dest a hard link of the blob (a copy across filesystems), atomically."""
+        blob = self.path(digest, executable)
+        dest = Path(dest)
+        try:
+            blob_stat = os.stat(blob)
+        except FileNotFoundError:
+            raise KilnError(f"blob {digest} is not in the local cache") from None
+        if blob_stat.st_size != digest.size:
+            raise KilnError(f"corrupt blob in the local cache (wrong size): {blob}")
+        make_dirs(dest.parent)
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.lstat(dest), blob_stat):
+                return
+        temp = temp_path(dest.parent)
+        try:
+            try:
+                os.link(blob, temp)
+            except OSError as e:
+                if e.errno not in _CANNOT_LINK:
+                    raise
+                # A copy is not durable until fsynced; the link shares the fsynced blob.
+                shutil.copyfile(blob, temp)
+                _seal_path(temp, _mode(executable))
+            os.replace(temp, dest)
+            # rename() of two links to one inode does nothing, leaving temp behind.
+            unlink_quietly(temp)
+        except BaseException:
+            unlink_quietly(temp)
+            raise
+
+    def verify(self, digest: Digest, executable: bool = False) -> bool:
+        """Re-hash the blob: True only if it is present and its content matches."""
+        try:
+            return digest_file(self.path(digest, executable), self.function) == digest
+        except (FileNotFoundError, KilnError):
+            return False
+
+    def _device(self) -> int:
+        """The filesystem the store is on (a hard link cannot leave it)."""
+        make_dirs(self._dir)
+        return os.stat(self._dir).st_dev
+
+    def _link_in(self, src: Path, digest: Digest, executable: bool) -> bool:
+        dest = self.path(digest, executable)
+        make_dirs(dest.parent)
+        temp = temp_path(dest.parent)
+        try:
+            try:
+                os.link(src, temp, follow_symlinks=False)
+            except OSError as e:
+                if e.errno in _CANNOT_LINK:
+                    return False
+                raise
+            size = os.stat(temp).st_size
+            if size != digest.size:
+                raise KilnError(f"{src}: size {size} does not match its digest {digest}")
+            _seal_path(temp, _mode(executable))
+            publish(temp, dest)
+        except BaseException:
+            unlink_quietly(temp)
+            raise
+        return True
+
+    def _copy_in(self, src: Path, digest: Digest | None, executable: bool) -> Digest:
+        """Copy src into the store, then hash the copy unless digest is given.
+
+        Hashing the private copy rather than src means the blob holds exactly
+        the bytes that were hashed, even if src changes meanwhile.
+        """
+        # The shard is unknown until the content is hashed: such temps live in cas/.
+        directory = self._dir if digest is None else self.path(digest).parent
+        make_dirs(directory)
+        fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=directory)
+        temp = Path(name)
+        try:
+            try:
+                size = _copy(src, fd)
+                if digest is None:
+                    digest = digest_file(temp, self.function)
+                    if self.has(digest, executable):  # stored by someone else meanwhile
+                        unlink_quietly(temp)
+                        self.touch(digest, executable)
+                        return digest
+                elif size != digest.size:
+                    raise KilnError(f"{src}: size {size} does not match its digest {digest}")
+                _seal(fd, _mode(executable))
+            finally:
+                os.close(fd)
+            dest = self.path(digest, executable)
+            make_dirs(dest.parent)
+            publish(temp, dest)
+        except BaseException:
+            unlink_quietly(temp)
+            raise
+        return digest
+
+
+def _copy(src: Path, fd: int) -> int:
+    """Copy src to fd; the number of bytes copied.
+
+    copy_file_range copies inside the kernel (a reflink where the filesystem
+    can), about twice as fast as a read/write loop here. It is used only for
+    regular files that report a size, since it copies nothing from procfs-like
+    files that report 0; the loop finishes whatever it left (all of it, where
+    the kernel or filesystem refuses).
+    """
+    size = 0
+    with open(src, "rb", buffering=0) as f:
+        st = os.fstat(f.fileno())
+        if stat.S_ISREG(st.st_mode) and st.st_size > 0:
+            try:
+                while n := os.copy_file_range(f.fileno(), fd, _COPY_CHUNK):
+                    size += n
+            except OSError as e:
+                if e.errno not in _NO_COPY_FILE_RANGE:
+                    raise
+        buffer = bytearray(_BUFFER_SIZE)
+        view = memoryview(buffer)
+        while n := f.readinto(buffer):
+            chunk = view[:n]
+            while chunk:
+                chunk = chunk[os.write(fd, chunk) :]
+            size += n
+    return size
+
+
+def _seal(fd: int, mode: int) -> None:
+    """Final mode, mtime now (its first use, for GC), and the data on disk."""
+    os.fchmod(fd, mode)
+    os.utime(fd)
+    os.fsync(fd)
+
+
+def _seal_path(path: Path, mode: int) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        _seal(fd, mode)
+    finally:
+        os.close(fd)

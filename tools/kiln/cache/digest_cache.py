@@ -1,0 +1,206 @@
+"""The file digest cache: an unchanged file costs a stat, not a hash.
+
+A file's digest is remembered with the stat fields that change whenever its
+content can have changed: inode, size, mtime_ns and ctime_ns. While all four
+match, the remembered digest is returned without reading the file.
+
+On disk it is an append-only log, like ninja's build log:
+
+    # kiln digest log v1 <function>\\n
+    <inode>\\t<size>\\t<mtime_ns>\\t<ctime_ns>\\t<hash>\\t<path>\\n
+    ...
+
+The path is last, so it may hold tabs (not newlines: such files are never
+recorded); paths are absolute, as os.fsencode writes them. The last record
+for a path wins. It is only a cache, so loading never fails: a line without
+its newline (a write cut short) or otherwise malformed is skipped, a log with
+another header (another version, another digest function) is deleted, and a
+log holding more than 3x as many records as live paths (and over 1000) is
+rewritten with only the live ones, atomically, through `<log>.compact`
+(a leftover from a crash is deleted first, as ninja's Recompact does).
+
+Racily clean files: a file modified within the same timestamp tick as the
+stat that recorded it would keep its stat fields while its content changes
+(git's "racy git" problem). So a file whose mtime is within 2 seconds of now
+(or in the future) is hashed every time and never recorded; a later run,
+when it has aged, records it.
+
+Several kiln processes may append to one log: each batch of records is one
+write to a file opened with O_APPEND, under an exclusive flock, so lines from
+two writers never interleave. A writer that finds the log ending in a line
+cut short (a crash) ends that line first, so its own first record is never
+glued onto it. Compaction can drop records another process appended
+meanwhile; they are hashed again later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import stat
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from kiln.cache.atomic import publish, unlink_quietly
+from kiln.cache.digest import Digest, digest_file, new_hasher
+
+RACY_NS = 2_000_000_000
+COMPACT_MIN_LINES = 1000
+COMPACT_RATIO = 3
+# Buffered records are written once this many are waiting, and on flush().
+_FLUSH_EVERY = 512
+
+_RECORD = re.compile(rb"(\d+)\t(\d+)\t(\d+)\t(\d+)\t([0-9a-f]{64})\t(.+)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Stamp:
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @staticmethod
+    def of(st: os.stat_result) -> _Stamp:
+        return _Stamp(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def header(function: str) -> bytes:
+    return f"# kiln digest log v1 {function}\n".encode()
+
+
+def encode_record(path: str, stamp: _Stamp, hash_: str) -> bytes:
+    fields = f"{stamp.inode}\t{stamp.size}\t{stamp.mtime_ns}\t{stamp.ctime_ns}\t{hash_}\t"
+    return fields.encode() + os.fsencode(path) + b"\n"
+
+
+class FileDigestCache:
+    """Digests of files by path, remembered across runs in the log at `path`."""
+
+    def __init__(self, path: Path, function: str) -> None:
+        new_hasher(function)  # an unknown function fails here
+        self.path = Path(path)
+        self.function = function
+        self._header = header(function)
+        self._records: dict[str, tuple[_Stamp, str]] = {}
+        self._pending: list[bytes] = []
+        self._lock = threading.Lock()
+        self._load()
+
+    def digest(self, path: str) -> Digest:
+        """The file's digest: remembered while its stat is unchanged, else hashed."""
+        path = os.path.abspath(path)
+        now = time.time_ns()  # before the stat: see "racily clean" above
+        st = os.stat(path)
+        stamp = _Stamp.of(st)
+        with self._lock:
+            known = self._records.get(path)
+        if known is not None and known[0] == stamp:
+            return Digest(known[1], stamp.size)
+        digest = digest_file(path, self.function)
+        if (
+            stat.S_ISREG(st.st_mode)
+            and st.st_mtime_ns < now - RACY_NS
+            and "\n" not in path
+            and digest.size == stamp.size
+            and _Stamp.of(os.stat(path)) == stamp  # what was hashed is what was stamped
+        ):
+            line = encode_record(path, stamp, digest.hash)
+            with self._lock:
+                self._records[path] = (stamp, digest.hash)
+                self._pending.append(line)
+                if len(self._pending) >= _FLUSH_EVERY:
+                    self._write_pending()
+        return digest
+
+    def __len__(self) -> int:
+        """How many files have a remembered digest."""
+        with self._lock:
+            return len(self._records)
+
+    def flush(self) -> None:
+        """Append the records not yet written to the log."""
+        with self._lock:
+            self._write_pending()
+
+    def close(self) -> None:
+        self.flush()
+
+    def __enter__(self) -> FileDigestCache:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _write_pending(self) -> None:
+        if not self._pending:
+            return
+        data = b"".join(self._pending)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            size = os.fstat(fd).st_size
+            if size == 0:
+                data = self._header + data
+            elif os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)  # releases the lock
+        self._pending.clear()
+
+    def _load(self) -> None:
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            return  # absent or unreadable: an empty cache
+        if not data.startswith(self._header):
+            if not self._header.startswith(data):  # not just a log being created right now
+                unlink_quietly(self.path)
+            return
+        lines = data[len(self._header) :].split(b"\n")
+        lines.pop()  # after the last newline: nothing, or a record cut short
+        for line in lines:
+            match = _RECORD.fullmatch(line)
+            if match is None:
+                continue
+            inode, size, mtime_ns, ctime_ns, hash_, path = match.groups()
+            stamp = _Stamp(int(inode), int(size), int(mtime_ns), int(ctime_ns))
+            self._records[os.fsdecode(path)] = (stamp, hash_.decode())
+        if len(lines) > COMPACT_MIN_LINES and len(lines) > COMPACT_RATIO * len(self._records):
+            with contextlib.suppress(OSError):  # still a valid log, only a longer one
+                self._compact()
+
+    def _compact(self) -> None:
+        records = [encode_record(p, stamp, h) for p, (stamp, h) in self._records.items()]
+        temp = self.path.with_name(self.path.name + ".compact")
+        unlink_quietly(temp)  # left by a crash
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return  # another process is compacting it right now
+        try:
+            try:
+                view = memoryview(self._header + b"".join(records))
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            publish(temp, self.path)
+        except BaseException:
+            unlink_quietly(temp)
+            raise

@@ -1,0 +1,119 @@
+"""Size-bounded, least-recently-used garbage collection of the local cache.
+
+Reads the layout that cas.py and action_cache.py write under the cache root
+(`cas/<xx>/<hash>[.x]`, `ac/<xx>/<key>`, temps `.tmp.*` in `cas/`, `cas/<xx>/`
+and `ac/<xx>/`) and takes `gc.lock` there: an exclusive flock held for the
+whole collection, so two collections never run at once, while builds go on
+reading and writing the cache.
+
+Size is the sum of the file sizes of every blob and every entry. Above
+max_bytes, files go oldest mtime first (mtime is "last used": written or
+touched by a cache hit), and within the same second action-cache entries go
+before blobs, so an entry rarely outlives the blobs it names. It may: an
+entry whose blob is gone is only a miss (ActionCache.lookup checks every
+blob), never a wrong result.
+
+Nothing with an mtime after (start - grace_seconds) is removed, and each
+file is stat'ed again just before it is unlinked, so the blobs a build is
+writing or has just hit are safe until its action-cache entry names them.
+Temps older than the grace period were left by a crash and are removed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.cache.atomic import is_temp
+
+_NS = 1_000_000_000
+_ENTRY, _BLOB = 0, 1
+
+
+@dataclass(frozen=True)
+class GcReport:
+    bytes_before: int
+    bytes_after: int
+    blobs_removed: int
+    entries_removed: int
+    temps_removed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    mtime_ns: int
+    kind: int
+    size: int
+    path: str
+
+    def order(self) -> tuple[int, int, int]:
+        return (self.mtime_ns // _NS, self.kind, self.mtime_ns)
+
+
+def collect(root: Path, max_bytes: int, *, grace_seconds: float = 300.0) -> GcReport:
+    """Remove least recently used blobs and entries until the cache fits max_bytes."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / "gc.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return _collect(root, max_bytes, time.time_ns() - int(grace_seconds * _NS))
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _collect(root: Path, max_bytes: int, cutoff_ns: int) -> GcReport:
+    items: list[_Item] = []
+    temps_removed = _scan(root / "cas", _BLOB, cutoff_ns, items, shards=True)
+    temps_removed += _scan(root / "ac", _ENTRY, cutoff_ns, items, shards=True)
+    total = before = sum(item.size for item in items)
+    removed = {_ENTRY: 0, _BLOB: 0}
+    if total > max_bytes:
+        items.sort(key=_Item.order)
+        for item in items:
+            if total <= max_bytes:
+                break
+            if item.mtime_ns >= cutoff_ns or not _unlink_if_unused(item.path, cutoff_ns):
+                continue
+            total -= item.size
+            removed[item.kind] += 1
+    return GcReport(before, total, removed[_BLOB], removed[_ENTRY], temps_removed)
+
+
+def _scan(directory: Path, kind: int, cutoff_ns: int, items: list[_Item], shards: bool) -> int:
+    """Add directory's files to items (descending one level into shards); remove old temps."""
+    temps_removed = 0
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return 0
+    for entry in entries:
+        try:
+            if shards and entry.is_dir(follow_symlinks=False):
+                temps_removed += _scan(Path(entry.path), kind, cutoff_ns, items, shards=False)
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue  # removed while we looked
+        if is_temp(entry.name):
+            if st.st_mtime_ns < cutoff_ns and _unlink_if_unused(entry.path, cutoff_ns):
+                temps_removed += 1
+        elif not shards:
+            items.append(_Item(st.st_mtime_ns, kind, st.st_size, entry.path))
+    return temps_removed
+
+
+def _unlink_if_unused(path: str, cutoff_ns: int) -> bool:
+    """Unlink path unless it was used (touched) after cutoff since it was scanned."""
+    try:
+        if os.stat(path, follow_symlinks=False).st_mtime_ns >= cutoff_ns:
+            return False
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True

@@ -1,0 +1,239 @@
+"""kiln build TARGETS...: load, analyze, execute, deliver to kiln-out/."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kiln.cli.build_options import BuildOptions, build_options, parse_size
+from kiln.cli.session import Session, cache_home
+from kiln.errors import BuildFailure, KilnError
+from kiln.exec import host
+from kiln.exec.action import Action
+from kiln.exec.scheduler import Limits, Reporter, Scheduler, ScheduleResult, needed_actions
+from kiln.exec.workspace_lock import workspace_lock
+from kiln.loading.graph import GraphBuilder
+from kiln.loading.loader import PackageLoader
+from kiln.loading.patterns import expand, parse_patterns
+
+
+@click.command("build")
+@click.argument("targets", nargs=-1, required=True)
+@build_options
+@click.pass_obj
+def command(session: Session, /, targets: tuple[str, ...], **raw: Any) -> int:
+    """Build TARGETS (labels or patterns such as //models/...)."""
+    options = BuildOptions(**raw)
+    with workspace_lock(
+        session.output_base,
+        wait=options.lock_wait,
+        on_wait=lambda message: click.echo(f"INFO: {message}", err=True),
+    ):
+        return run_build(session, list(targets), options)
+
+
+@dataclass
+class _Phase:
+    name: str
+    start: float
+    end: float = 0.0
+
+
+def run_build(session: Session, targets: list[str], options: BuildOptions) -> int:
+    phases: list[_Phase] = [_Phase("loading", time.monotonic())]
+    loader = PackageLoader(session.workspace, session.graph_cache_file)
+    try:
+        labels = expand(loader, parse_patterns(targets, session.working_package))
+        graph = GraphBuilder(loader).build(labels)
+    finally:
+        loader.save()
+    phases[-1].end = time.monotonic()
+    phases.append(_Phase("analysis", time.monotonic()))
+
+    from kiln.analysis.analyzer import Analyzer
+    from kiln.rules import load_rule
+
+    analyzer = Analyzer(graph, load_rule, loader.location_of, python=sys.executable)
+    action_graph = analyzer.analyze(labels)
+    requested = [f for label in labels for f in action_graph.targets[label].files]
+    roots = list(
+        dict.fromkeys(
+            action_graph.producer[f.path] for f in requested if f.path in action_graph.producer
+        )
+    )
+    actions = needed_actions(roots, action_graph.producer)
+    phases[-1].end = time.monotonic()
+
+    limits = Limits(
+        jobs=options.jobs or host.cpu_count(),
+        gpus=host.gpu_count() if options.gpus is None else options.gpus,
+        memory_mb=host.memory_mb() * 2 // 3
+        if options.local_ram_mb is None
+        else options.local_ram_mb,
+    )
+    _check_gpus(actions, limits, loader)
+
+    phases.append(_Phase("execution", time.monotonic()))
+    result, seconds = _execute(
+        session, options, actions, action_graph.producer, limits, loader, phases
+    )
+    _summarize(session, labels, action_graph, result, seconds)
+    if result.failed or result.skipped:
+        raise BuildFailure(
+            f"build did not complete successfully ({len(result.failed)} failed, "
+            f"{len(set(map(id, result.skipped)))} not run)"
+        )
+    return 0
+
+
+def _check_gpus(actions: list[Action], limits: Limits, loader: PackageLoader) -> None:
+    for action in actions:
+        if action.resources.gpu > limits.gpus:
+            raise KilnError(
+                f"{action.describe()} needs {action.resources.gpu} GPU(s), "
+                f"but {limits.gpus} are available",
+                label=action.owner,
+                hint="build on a machine with a CUDA GPU, or pass --gpus=N if detection is wrong",
+            )
+
+
+def _execute(
+    session: Session,
+    options: BuildOptions,
+    actions: list[Action],
+    producer: dict[str, Action],
+    limits: Limits,
+    loader: PackageLoader,
+    phases: list[_Phase],
+) -> tuple[ScheduleResult, float]:
+    from kiln.cache.action_cache import ActionCache
+    from kiln.cache.cas import ContentStore
+    from kiln.cache.digest_cache import FileDigestCache
+    from kiln.cli.status import StatusPrinter
+    from kiln.exec.build_events import BuildEventWriter
+    from kiln.exec.executor import ExecOptions, Executor
+    from kiln.exec.explain import ExplainLog
+    from kiln.exec.profile import ProfileWriter
+
+    disk_cache = (options.disk_cache or cache_home()).expanduser().resolve()
+    executor = Executor(
+        workspace_root=session.workspace.root,
+        output_base=session.output_base,
+        cas=ContentStore(disk_cache, options.digest_function),
+        action_cache=ActionCache(disk_cache),
+        digest_cache=FileDigestCache(
+            session.output_base / f"digests-{options.digest_function}.log",
+            options.digest_function,
+        ),
+        explain_log=ExplainLog(session.output_base / "explain.pickle"),
+        options=ExecOptions(
+            digest_function=options.digest_function,
+            strategy="worker" if options.strategy == "worker" else "local",
+            worker_max_instances=options.worker_max_instances,
+            action_timeout=options.action_timeout,
+            explain=options.explain,
+            python=sys.executable,
+        ),
+    )
+    executor.execroots.sweep()
+
+    def locate(label: str) -> str:
+        target = loader.packages[label[2 : label.index(":")]].targets[label.split(":", 1)[1]]
+        return str(loader.location_of(target))
+
+    status = StatusPrinter(len(actions), locate, explain=options.explain)
+    reporters: list[Any] = [status]
+    events = (
+        BuildEventWriter(options.build_event_json_file) if options.build_event_json_file else None
+    )
+    profile = ProfileWriter(options.profile) if options.profile else None
+    reporters += [r for r in (events, profile) if r is not None]
+    if events:
+        events.emit("build_started", actions=len(actions))
+    start = time.monotonic()
+    try:
+        result = Scheduler(
+            actions,
+            producer,
+            limits,
+            executor.execute,
+            _FanOut(reporters),
+            keep_going=options.keep_going,
+            interrupt=executor.interrupt,
+        ).run()
+    finally:
+        status.close()
+        executor.shutdown()
+        executor.digest_cache.close()
+        executor.explain_log.save()
+        phases[-1].end = time.monotonic()
+        if profile:
+            for phase in phases:
+                profile.phase(phase.name, phase.start, phase.end or time.monotonic())
+            profile.write()
+    seconds = time.monotonic() - start
+    if events:
+        events.emit(
+            "build_finished",
+            success=not (result.failed or result.skipped),
+            seconds=round(seconds, 6),
+        )
+        events.close()
+    if options.disk_cache_max_size:
+        from kiln.cache.gc import collect
+
+        collect(disk_cache, parse_size(options.disk_cache_max_size))
+    return result, seconds
+
+
+class _FanOut(Reporter):
+    def __init__(self, reporters: list[Reporter]):
+        self.reporters = reporters
+
+    def action_started(self, action: Action, lane: str) -> None:
+        for reporter in self.reporters:
+            reporter.action_started(action, lane)
+
+    def action_finished(self, outcome: Any) -> None:
+        for reporter in self.reporters:
+            reporter.action_finished(outcome)
+
+
+def _summarize(
+    session: Session, labels: list[str], action_graph: Any, result: ScheduleResult, seconds: float
+) -> None:
+    outcomes = result.outcomes
+    hits = sum(1 for o in outcomes if o.status == "cached")
+    executed = [o for o in outcomes if o.status == "executed"]
+    by_strategy: dict[str, int] = {}
+    for outcome in executed:
+        by_strategy[outcome.strategy] = by_strategy.get(outcome.strategy, 0) + 1
+    detail = ", ".join(f"{n} {s}" for s, n in sorted(by_strategy.items()))
+
+    def echo(text: str) -> None:
+        click.echo(text, err=True)
+
+    echo(
+        f"INFO: {len(outcomes)} actions: {hits} cache hits, {len(executed)} executed"
+        + (f" ({detail})" if detail else "")
+        + (f", {len(result.failed)} failed" if result.failed else "")
+    )
+    if result.failed or result.skipped:
+        return
+    root = session.workspace.root
+    for label in labels:
+        files = action_graph.targets[label].files
+        echo(f"Target {label} up-to-date:")
+        for file in files:
+            path = Path(root / file.path)
+            try:
+                shown = path.relative_to(session.cwd)
+            except ValueError:
+                shown = path
+            echo(f"  {shown}")
+    echo(f"INFO: Build completed successfully in {seconds:.2f}s")

@@ -1,0 +1,40 @@
+"""kiln info: where things are, and what this machine offers builds."""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+import click
+
+from kiln import __version__
+from kiln.cli.session import Session, cache_home
+from kiln.exec import host
+from kiln.loading.workspace import OUTPUT_DIR
+
+
+@click.command("info")
+@click.argument("key", required=False)
+@click.pass_obj
+def command(session: Session, key: str | None) -> int:
+    """Print workspace paths and host facts (one KEY, or all)."""
+    facts = {
+        "release": f"kiln {__version__}",
+        "workspace": str(session.workspace.root),
+        "output_base": str(session.output_base),
+        "output_path": str(session.workspace.root / OUTPUT_DIR),
+        "disk_cache": str(cache_home()),
+        "python": f"{platform.python_version()} ({sys.executable})",
+        "host": f"{platform.system().lower()} {platform.machine()}",
+        "cpus": str(host.cpu_count()),
+        "gpus": str(host.gpu_count()),
+        "memory_mb": str(host.memory_mb()),
+    }
+    if key:
+        if key not in facts:
+            raise click.UsageError(f"unknown info key '{key}' (known: {', '.join(facts)})")
+        click.echo(facts[key])
+        return 0
+    for name, value in facts.items():
+        click.echo(f"{name}: {value}")
+    return 0

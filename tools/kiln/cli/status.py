@@ -1,0 +1,104 @@
+"""What `kiln build` prints while it runs: one object prints.
+
+On a terminal, a live status line (rich) in Bazel's shape:
+
+    [12 / 40] running: AotiPackage //models:resnet_pt2 12s, Genrule //data:prep 1s
+
+When output is not a terminal (CI logs), one plain line per executed action
+instead. Failures print the action's output, whatever the mode.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO
+
+from kiln.exec.action import Action
+from kiln.exec.executor import ActionOutcome
+from kiln.exec.scheduler import Reporter
+
+if TYPE_CHECKING:
+    from rich.live import Live
+
+
+class StatusPrinter(Reporter):
+    def __init__(
+        self,
+        total: int,
+        locate: Callable[[str], str],
+        *,
+        stream: TextIO | None = None,
+        live: bool | None = None,
+        explain: bool = False,
+    ):
+        self.total = total
+        self.locate = locate
+        self.stream = stream or sys.stderr
+        self.explain = explain
+        self.done = 0
+        self.running: dict[int, tuple[Action, float]] = {}
+        self._lock = threading.Lock()
+        self._live: Live | None = None
+        if live is None:
+            live = self.stream.isatty()
+        if live:
+            from rich.console import Console
+            from rich.live import Live
+
+            console = Console(file=self.stream)
+            self._live = Live(
+                self._render(),
+                console=console,
+                refresh_per_second=4,
+                transient=True,
+                get_renderable=self._render,
+            )
+            self._live.start()
+
+    def _render(self) -> str:
+        now = time.monotonic()
+        with self._lock:
+            items = sorted(self.running.values(), key=lambda item: item[1])
+            shown = ", ".join(f"{a.mnemonic} {a.owner} {now - t:.0f}s" for a, t in items[:3])
+            more = f" and {len(items) - 3} more" if len(items) > 3 else ""
+            return f"[{self.done} / {self.total}] running: {shown or '-'}{more}"
+
+    def print(self, text: str) -> None:
+        if self._live is not None:
+            self._live.console.print(text, markup=False, highlight=False)
+        else:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def action_started(self, action: Action, lane: str) -> None:
+        with self._lock:
+            self.running[id(action)] = (action, time.monotonic())
+
+    def action_finished(self, outcome: ActionOutcome) -> None:
+        action = outcome.action
+        with self._lock:
+            self.running.pop(id(action), None)
+            self.done += 1
+            done = self.done
+        if outcome.status == "failed":
+            where = self.locate(action.owner)
+            self.print(
+                f"ERROR: {where}: {action.describe()} failed: {outcome.message}"
+                + (f"\n{outcome.output_text.rstrip()}" if outcome.output_text.strip() else "")
+            )
+            return
+        if self.explain and outcome.status == "executed" and outcome.explanation:
+            self.print(f"EXPLAIN: {action.mnemonic} {action.owner}: {outcome.explanation}")
+        if outcome.status == "executed" and self._live is None:
+            self.print(
+                f"[{done} / {self.total}] {action.mnemonic} {action.owner} "
+                f"({outcome.strategy}, {outcome.seconds:.2f}s)"
+            )
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

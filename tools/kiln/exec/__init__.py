@@ -1,0 +1,1 @@
+"""Execution: action keys, execroots, running actions, scheduling, reporting."""

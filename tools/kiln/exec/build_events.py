@@ -1,0 +1,54 @@
+"""--build_event_json_file: one JSON object per line, for CI systems.
+
+Events: build_started, target_started, action_finished (executed, cached or
+failed, with timings), target_finished, build_finished. Each line is written
+and flushed whole, so a reader tailing the file never sees half an event.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from kiln.exec.action import Action
+from kiln.exec.executor import ActionOutcome
+from kiln.exec.scheduler import Reporter
+
+
+class BuildEventWriter(Reporter):
+    def __init__(self, path: Path):
+        self._file: TextIO = path.open("w", encoding="utf-8")
+        self._lock = threading.Lock()
+        self._start = time.time()
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        event = {"type": kind, "time_ms": int(time.time() * 1000), **fields}
+        with self._lock:
+            self._file.write(json.dumps(event, sort_keys=True) + "\n")
+            self._file.flush()
+
+    def action_started(self, action: Action, lane: str) -> None:
+        self.emit("action_started", label=action.owner, mnemonic=action.mnemonic, lane=lane)
+
+    def action_finished(self, outcome: ActionOutcome) -> None:
+        self.emit(
+            "action_finished",
+            label=outcome.action.owner,
+            mnemonic=outcome.action.mnemonic,
+            status=outcome.status,
+            cache_hit=outcome.status == "cached",
+            cache=outcome.strategy if outcome.status == "cached" else None,
+            strategy=outcome.strategy,
+            key=outcome.key,
+            seconds=round(outcome.seconds, 6),
+            lane=outcome.lane,
+            outputs=[f.path for f in outcome.action.outputs],
+            failure=outcome.message or None,
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()

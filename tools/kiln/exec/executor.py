@@ -1,0 +1,245 @@
+"""Executing one action: key, cache lookup, run in an execroot, store, deliver.
+
+    digests of inputs -> key -> action cache hit?  -> materialize outputs
+                                          miss     -> execroot -> run -> check outputs
+                                                      -> CAS + action cache -> materialize
+
+Outputs reach kiln-out/ as hardlinks of CAS blobs, each placed atomically,
+so no partial file is ever visible there. Nothing is cached for an action
+that failed or was interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from kiln.cache.action_cache import ActionCache, ActionResult, OutputFile
+from kiln.cache.cas import ContentStore
+from kiln.cache.digest import Digest
+from kiln.cache.digest_cache import FileDigestCache
+from kiln.exec.action import Action, ActionKey, compute_key
+from kiln.exec.execroot import Execroots
+from kiln.exec.explain import ExplainLog
+from kiln.exec.local_runner import LocalRunner, RunResult
+
+if TYPE_CHECKING:
+    from kiln.workers.pool import WorkerPool
+
+Status = Literal["cached", "executed", "failed"]
+
+
+@dataclass(frozen=True)
+class ExecOptions:
+    digest_function: str = "sha256"
+    strategy: Literal["local", "worker"] = "worker"
+    worker_max_instances: int = 2
+    action_timeout: float | None = None
+    explain: bool = False
+    python: str = ""
+
+
+@dataclass(frozen=True)
+class ActionOutcome:
+    action: Action
+    status: Status
+    key: str = ""
+    seconds: float = 0.0
+    strategy: str = ""  # local, worker, write, or the cache that hit: disk
+    lane: str = ""
+    message: str = ""  # why it failed
+    output_text: str = ""  # the action's stdout and stderr, shown on failure
+    explanation: str = ""
+
+
+@dataclass
+class Executor:
+    workspace_root: Path
+    output_base: Path
+    cas: ContentStore
+    action_cache: ActionCache
+    digest_cache: FileDigestCache
+    explain_log: ExplainLog
+    options: ExecOptions
+    runner: LocalRunner = field(default_factory=LocalRunner)
+    output_digests: dict[str, Digest] = field(default_factory=dict)
+    _digest_lock: threading.Lock = field(default_factory=threading.Lock)
+    _pool: WorkerPool | None = None
+    _pool_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.execroots = Execroots(self.output_base / "execroot", self.workspace_root, self.cas)
+
+    # -- the one entry point ------------------------------------------------
+
+    def execute(self, action: Action, lane: str) -> ActionOutcome:
+        start = time.monotonic()
+        digests = {f.path: self._digest(f.path, f.is_source) for f in action.inputs}
+        key = compute_key(action, digests, self.options.digest_function)
+        result = self.action_cache.lookup(key.key, self.cas)
+        if result is not None:
+            self._deliver(action, result)
+            self.explain_log.record(action, key)
+            return ActionOutcome(action, "cached", key.key, time.monotonic() - start, "disk", lane)
+        explanation = self.explain_log.why(action, key) if self.options.explain else ""
+        if action.content is not None:
+            outcome = self._write(action, key, lane)
+        else:
+            outcome = self._run(action, key, digests, lane)
+        if outcome.status == "executed":
+            self.explain_log.record(action, key)
+        return ActionOutcome(
+            action,
+            outcome.status,
+            key.key,
+            time.monotonic() - start,
+            outcome.strategy,
+            outcome.lane,
+            outcome.message,
+            outcome.output_text,
+            explanation,
+        )
+
+    # -- pieces ---------------------------------------------------------------
+
+    def _digest(self, path: str, is_source: bool) -> Digest:
+        if not is_source:
+            return self.output_digests[path]
+        with self._digest_lock:
+            return self.digest_cache.digest(str(self.workspace_root / path))
+
+    def _write(self, action: Action, key: ActionKey, lane: str) -> ActionOutcome:
+        assert action.content is not None
+        digest = self.cas.put_bytes(action.content)
+        output = OutputFile(action.primary_output.path, digest, action.is_executable)
+        if action.is_executable:
+            self.cas.put_file(self.cas.path(digest), digest, executable=True)
+        result = ActionResult(output_files=(output,))
+        self.action_cache.put(key.key, result)
+        self._deliver(action, result)
+        return ActionOutcome(action, "executed", key.key, strategy="write", lane=lane)
+
+    def _run(
+        self, action: Action, key: ActionKey, digests: dict[str, Digest], lane: str
+    ) -> ActionOutcome:
+        root = self.execroots.create(action, key.key, digests)
+        stdout, stderr = root / ".tmp" / "stdout", root / ".tmp" / "stderr"
+        try:
+            env = dict(action.env)
+            env.setdefault("TMPDIR", str(root / ".tmp"))
+            run = self._spawn(action, env, root, stdout, stderr)
+            text = _read_text(stdout) + _read_text(stderr)
+            strategy = "worker" if run.lane.startswith("worker") else "local"
+            lane = run.lane or lane
+            if self.runner.cancelled:
+                return ActionOutcome(action, "failed", message="interrupted", lane=lane)
+            if run.exit_code != 0 or run.timed_out or run.crashed:
+                message = run.message or f"exited with code {run.exit_code}"
+                return ActionOutcome(
+                    action,
+                    "failed",
+                    message=message,
+                    output_text=text,
+                    lane=lane,
+                    strategy=strategy,
+                )
+            missing = [f.path for f in action.outputs if not (root / f.path).is_file()]
+            if missing:
+                return ActionOutcome(
+                    action,
+                    "failed",
+                    message="did not create declared output"
+                    + ("s " if len(missing) > 1 else " ")
+                    + ", ".join(missing),
+                    output_text=text,
+                    lane=lane,
+                    strategy=strategy,
+                )
+            outputs = []
+            for file in action.outputs:
+                path = root / file.path
+                executable = os.access(path, os.X_OK)
+                digest = self.cas.put_file(path, executable=executable)
+                outputs.append(OutputFile(file.path, digest, executable))
+            result = ActionResult(
+                output_files=tuple(outputs),
+                exit_code=0,
+                stdout_digest=self.cas.put_file(stdout),
+                stderr_digest=self.cas.put_file(stderr),
+                execution_seconds=run.seconds,
+                worker=lane,
+            )
+            if self.runner.cancelled:  # Ctrl-C arrived while storing: record nothing
+                return ActionOutcome(action, "failed", message="interrupted", lane=lane)
+            self.action_cache.put(key.key, result)
+            self._deliver(action, result)
+            return ActionOutcome(
+                action, "executed", key.key, run.seconds, strategy, lane, output_text=text
+            )
+        finally:
+            self.execroots.remove(root)
+
+    def _spawn(
+        self, action: Action, env: dict[str, str], root: Path, stdout: Path, stderr: Path
+    ) -> RunResult:
+        timeout = self.options.action_timeout
+        if action.supports_workers and self.options.strategy == "worker":
+            from kiln.workers.protocol import WorkRequest
+
+            response = self._worker_pool().run(
+                WorkRequest(action.argv, env, str(root), str(stdout), str(stderr), timeout)
+            )
+            return RunResult(
+                response.exit_code,
+                0.0,
+                crashed=response.crashed,
+                message=response.message,
+                lane=response.worker_id,
+            )
+        return self.runner.run(action.argv, env, root, stdout, stderr, timeout)
+
+    def _worker_pool(self) -> WorkerPool:
+        with self._pool_lock:
+            if self._pool is None:
+                from kiln.workers.pool import WorkerPool
+
+                self._pool = WorkerPool(
+                    self.options.python, self.options.worker_max_instances, preload=("torch",)
+                )
+            return self._pool
+
+    def _deliver(self, action: Action, result: ActionResult) -> None:
+        """Record output digests for dependents and place outputs in kiln-out/."""
+        for output in result.output_files:
+            self.output_digests[output.path] = output.digest
+            dest = self.workspace_root / output.path
+            blob = self.cas.path(output.digest, output.is_executable)
+            try:
+                if os.stat(dest).st_ino == os.stat(blob).st_ino:
+                    continue  # already this very blob: the no-op build path
+            except FileNotFoundError:
+                pass
+            self.cas.materialize(output.digest, dest, output.is_executable)
+
+    def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def interrupt(self) -> None:
+        self.runner.kill_all()
+        if self._pool is not None:
+            self._pool.kill_all()
+
+
+def _read_text(path: Path, limit: int = 64 * 1024) -> str:
+    try:
+        with path.open("rb") as f:
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        return ""
+    text = data[:limit].decode(errors="replace")
+    return text + ("\n[... output truncated ...]\n" if len(data) > limit else "")

@@ -1,0 +1,87 @@
+"""Why an action ran: its key's parts compared with its last run in this workspace.
+
+ninja's `-d explain` and Bazel's `--explain` answer the same question. The
+log keeps, per action (identified by owner, mnemonic and first output), the
+parts of its last key; on a cache miss the differences are the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import tempfile
+import threading
+from pathlib import Path
+
+from kiln.exec.action import Action, ActionKey
+
+FORMAT = 1
+
+
+def identity(action: Action) -> str:
+    return f"{action.owner} {action.mnemonic} {action.primary_output.path}"
+
+
+class ExplainLog:
+    def __init__(self, path: Path):
+        self.path = path
+        self.entries: dict[str, ActionKey] = {}
+        self._lock = threading.Lock()
+        self._dirty = False
+        try:
+            with path.open("rb") as f:
+                data = pickle.load(f)
+            if data.get("format") == FORMAT:
+                self.entries = data["entries"]
+        except Exception:
+            self.entries = {}
+
+    def why(self, action: Action, key: ActionKey) -> str:
+        """The reason a cache miss ran; call before record()."""
+        before = self.entries.get(identity(action))
+        if before is None:
+            return "new action: never built in this workspace"
+        if before.key == key.key:
+            return "same key as the last build, but no cache entry (cleaned or evicted)"
+        reasons: list[str] = []
+        if before.platform != key.platform:
+            old, new = dict(before.platform), dict(key.platform)
+            changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+            reasons.append(
+                "toolchain changed: "
+                + ", ".join(f"{k} {old.get(k, '-')} -> {new.get(k, '-')}" for k in changed)
+            )
+        if before.command_digest != key.command_digest:
+            reasons.append("command changed (arguments, environment or outputs)")
+        changed_inputs = sorted(
+            p for p in key.inputs.keys() & before.inputs.keys() if key.inputs[p] != before.inputs[p]
+        )
+        added = sorted(key.inputs.keys() - before.inputs.keys())
+        removed = sorted(before.inputs.keys() - key.inputs.keys())
+        for label, paths in (("changed", changed_inputs), ("added", added), ("removed", removed)):
+            if paths:
+                shown = ", ".join(paths[:3]) + (
+                    f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+                )
+                reasons.append(f"input {label}: {shown}")
+        return "; ".join(reasons) or "key changed"
+
+    def record(self, action: Action, key: ActionKey) -> None:
+        with self._lock:
+            self.entries[identity(action)] = key
+            self._dirty = True
+
+    def save(self) -> None:
+        if not self._dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".explain-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump({"format": FORMAT, "entries": self.entries}, f, protocol=5)
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise

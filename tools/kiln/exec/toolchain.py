@@ -1,0 +1,72 @@
+"""The toolchain fingerprint an action's key holds, found without importing torch.
+
+Versions come from installed package metadata; GPU facts from nvidia-smi.
+A torch upgrade, another Python, or another GPU model then changes the key
+of every action that asked for them (and --explain says so).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import shutil
+import subprocess
+import sys
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+
+
+@cache
+def package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@cache
+def actions_digest() -> str:
+    """A digest of kiln's action code: changing how an action works changes its key."""
+    root = Path(__file__).resolve().parent.parent / "actions"
+    digest = hashlib.sha256()
+    for path in sorted(root.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def python_toolchain(*packages: str) -> dict[str, str]:
+    """os, arch, Python, kiln's action code and the versions of `packages` ('-': absent)."""
+    props = {
+        "os": platform.system().lower(),
+        "arch": platform.machine(),
+        "python": platform.python_version(),
+        "python_impl": sys.implementation.name,
+        "kiln_actions": actions_digest(),
+    }
+    for name in packages:
+        props[name] = package_version(name) or "-"
+    return props
+
+
+@cache
+def gpu_properties() -> dict[str, str]:
+    """Name and compute capability of the first visible GPU ({} without one)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {}
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    line = out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
+    parts = [p.strip() for p in line.split(",")]
+    if len(parts) < 2:
+        return {}
+    return {"gpu_name": parts[0], "compute_capability": parts[1]}
