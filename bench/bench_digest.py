@@ -4,8 +4,8 @@
 
 Prints GB/s (10^9 bytes per second) for kiln.cache.digest.digest_file with
 sha256 and blake3 next to coreutils `sha256sum` on the same file, then the
-time to store the file in a ContentStore (a copy, hashed on the way, and
-fsynced: the disk's write speed shows here) and to materialize the blob (a
+time to store the file in a ContentStore (a copy of a writable file, hashed,
+and fsynced: the disk's write speed shows here) and to materialize the blob (a
 hard link into an existing directory; "already there" is the no-op rebuild).
 The file is freshly written, so it is in the page cache: this measures
 hashing, not the disk. Best and median of --repeat runs.
@@ -69,7 +69,10 @@ def main() -> None:
         work = Path(tmp)
         src = work / "weights.bin"
         write_random(src, size)
-        print(f"file: {size / 2**30:.2f} GiB of random bytes in {work} ({os.cpu_count()} CPUs)")
+        os.sync()  # else the file's own writeback competes with what is measured
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        print(f"file: {size / 2**30:.2f} GiB of random bytes in {work}")
+        print(f"machine: {os.cpu_count()} CPUs, load average {load} before the runs")
 
         results = {}
         for function in ("sha256", "blake3"):
@@ -91,6 +94,7 @@ def main() -> None:
 
         for function in ("sha256", "blake3"):
             cas = ContentStore(work / f"cache-{function}", function)
+            os.sync()
             copy = timed(1, partial(cas.put_file, src))
             digest = results[function]
             print(f"CAS put_file {function:<7} (copy + hash)      {millis(copy)}")

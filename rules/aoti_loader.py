@@ -1,16 +1,204 @@
-"""The C++ loader library of an aoti_package (placeholder until the templates land)."""
+"""The C++ loader library of an aoti_package, generated from the templates in templates/.
+
+For `aoti_package(name = "resnet_pt2", ...)` in //models, analysis writes
+
+    kiln-out/models/resnet_pt2_loader/
+        resnet_pt2.h                 class ResnetPt2: loads the package, checks inputs, runs it
+        resnet_pt2.cpp
+        resnet_pt2Config.cmake       find_package(resnet_pt2) -> target resnet_pt2::resnet_pt2
+        BUILD.bazel                  cc_library(name = "resnet_pt2"), the .pt2 as data
+        resnet_pt2.pt2               a copy of the package, so the folder stands alone
+
+The class checks what a loaded AOTInductor package does not (torch-facts: it
+checks nothing by default): the number of inputs, each input's dtype and
+device, every static dimension against the example shape and every dynamic
+dimension against its declared [min, max]. Everything is rendered here, at
+analysis time, into FileWrite actions; only the package copy runs a command.
+"""
 
 from __future__ import annotations
 
+import posixpath
+import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kiln.analysis.context import RuleContext
 from kiln.exec.action import File
 from kiln.rules.torch_model import TorchModelInfo
 
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+# torch_model's dtype names -> c10::ScalarType enumerators.
+SCALAR_TYPES = {
+    "float32": "Float",
+    "float16": "Half",
+    "bfloat16": "BFloat16",
+    "float64": "Double",
+    "int64": "Long",
+    "int32": "Int",
+    "int8": "Char",
+    "bool": "Bool",
+}
+
+# Names a parameter of operator() may not take (C++ keywords and alternative tokens).
+_CXX_KEYWORDS = """alignas alignof and and_eq asm auto bitand bitor bool break case catch char
+    char8_t char16_t char32_t class compl concept const consteval constexpr constinit const_cast
+    continue co_await co_return co_yield decltype default delete do double dynamic_cast else
+    enum explicit export extern false float for friend goto if inline int long mutable
+    namespace new noexcept not not_eq nullptr operator or or_eq private protected public
+    register reinterpret_cast requires return short signed sizeof static static_assert
+    static_cast struct switch template this thread_local throw true try typedef typeid
+    typename union unsigned using virtual void volatile wchar_t while xor xor_eq"""
+_CXX_RESERVED = frozenset(_CXX_KEYWORDS.split())
+
+# The loader's own members and parameters, which an input's parameter must not shadow.
+_TAKEN = frozenset({"inputs", "run", "check", "at", "c10", "std", "torch"})
+
+
+@dataclass(frozen=True)
+class LoaderSource:
+    """What the templates are rendered from: one aoti_package's facts."""
+
+    name: str  # the target name, e.g. "resnet_pt2"
+    label: str  # "//models:resnet_pt2"
+    model: TorchModelInfo
+    device: str  # "cpu" | "cuda"
+    backend: str  # "inductor" | "tensorrt"
+    package_file: str  # the package's file name inside the loader folder, e.g. "resnet_pt2.pt2"
+
 
 def declare_loader_library(
     ctx: RuleContext[Any], *, package: File, model: TorchModelInfo, device: str, backend: str
 ) -> list[File]:
-    del ctx, package, model, device, backend
-    return []
+    """Declares <name>_loader/...: the rendered sources (FileWrite) and a copy of the package."""
+    name = ctx.name
+    folder = f"{name}_loader"
+    package_file = posixpath.basename(package.path)
+    source = LoaderSource(name, ctx.label, model, device, backend, package_file)
+    files: list[File] = []
+    for filename, text in render_loader(source).items():
+        output = ctx.declare_file(f"{folder}/{filename}")
+        ctx.actions.write(output, text)
+        files.append(output)
+    # The package beside the sources, so the folder is complete on its own: the
+    # cc_library names it as data (Bazel cannot reach ../), and CMake finds it in
+    # <name>_PACKAGE. Same content, so the cache stores it once.
+    copy = ctx.declare_file(f"{folder}/{package_file}")
+    ctx.actions.run(
+        mnemonic="CopyFile",
+        argv=["/bin/cp", package.path, copy.path],
+        inputs=[package],
+        outputs=[copy],
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        progress_message=f"Copying {package.short_path} into {folder}/ for {ctx.label}",
+    )
+    files.append(copy)
+    return files
+
+
+def render_loader(source: LoaderSource) -> dict[str, str]:
+    """File name -> text of the generated library (everything but the package copy)."""
+    import jinja2  # only analysis of an aoti_package needs it, never loading or query
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["cxx_string"] = cxx_string
+    context = template_context(source)
+    name = source.name
+    outputs = {
+        f"{name}.h": "aoti_loader.h.j2",
+        f"{name}.cpp": "aoti_loader.cpp.j2",
+        f"{name}Config.cmake": "Config.cmake.j2",
+        "BUILD.bazel": "BUILD.bazel.j2",
+    }
+    return {filename: env.get_template(t).render(context) for filename, t in outputs.items()}
+
+
+def template_context(source: LoaderSource) -> dict[str, Any]:
+    model = source.model
+    # (input name, axis) -> the dynamic dim bound there
+    bound = {(name, axis): dim for dim in model.dynamic_dims for name, axis in dim.axes.items()}
+    index = {spec.name: i for i, spec in enumerate(model.inputs)}
+    params: set[str] = set()
+    inputs = []
+    for spec in model.inputs:
+        dims = []
+        for axis, size in enumerate(spec.shape):
+            dim = bound.get((spec.name, axis))
+            if dim is None:
+                dims.append({"dynamic": "", "min": size, "max": size})
+            else:
+                dims.append({"dynamic": dim.name, "min": dim.min, "max": dim.max})
+        inputs.append(
+            {
+                "name": spec.name,
+                "param": _parameter(spec.name, params),
+                "dtype": spec.dtype,
+                "scalar_type": SCALAR_TYPES[spec.dtype],
+                "dims": dims,
+            }
+        )
+    shared = [
+        {
+            "name": dim.name,
+            "axes": sorted((index[name], axis) for name, axis in dim.axes.items()),
+        }
+        for dim in model.dynamic_dims
+        if len(dim.axes) > 1
+    ]
+    return {
+        "name": source.name,
+        "label": source.label,
+        "class_name": class_name(source.name),
+        "device": source.device,
+        "backend": source.backend,
+        "tensorrt": source.backend == "tensorrt",
+        "package_file": source.package_file,
+        "model_label": model.label,
+        "inputs": inputs,
+        "input_names": ", ".join(spec.name for spec in model.inputs),
+        "max_rank": max((len(spec.shape) for spec in model.inputs), default=0),
+        "shared_dims": shared,
+    }
+
+
+def class_name(target: str) -> str:
+    """The C++ class of a target: resnet_pt2 -> ResnetPt2, mlp-v2.cpu -> MlpV2Cpu."""
+    parts = [p for p in re.split(r"[^A-Za-z0-9]+", target) if p]
+    name = "".join(p[0].upper() + p[1:] for p in parts) or "Model"
+    return f"Model{name}" if name[0].isdigit() else name
+
+
+def _parameter(name: str, taken: set[str]) -> str:
+    """A C++ parameter name for an input: an identifier, no keyword, not used before."""
+    ident = re.sub(r"[^A-Za-z0-9_]", "_", name) or "input"
+    if ident[0].isdigit():
+        ident = f"input_{ident}"
+    if ident.startswith("_"):  # leading underscores belong to the implementation
+        ident = f"input{ident}"
+    while ident in _CXX_RESERVED or ident in _TAKEN or ident in taken:
+        ident += "_"
+    taken.add(ident)
+    return ident
+
+
+def cxx_string(text: str) -> str:
+    """A C++ string literal for text: printable ASCII as is, everything else octal-escaped."""
+    out = []
+    for byte in text.encode():
+        char = chr(byte)
+        if char in '"\\?':
+            out.append("\\" + char)
+        elif 0x20 <= byte < 0x7F:
+            out.append(char)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'

@@ -183,3 +183,26 @@ def test_clean_removes_outputs_and_expunge_the_cache(ws: Workspace) -> None:
     assert ws.kiln("build", "//app:d").hits == 1  # the disk cache survived
     assert ws.kiln("clean", "--expunge").code == 0
     assert ws.kiln("build", "//app:d").executed == 1
+
+
+def test_an_action_writing_to_its_input_fails_and_the_cache_stays_intact(ws: Workspace) -> None:
+    ws.write(
+        "app/BUILD",
+        """
+        genrule(name = "a", outs = ["a.out"], cmd = "echo original > $@")
+        genrule(name = "b", srcs = [":a.out"], outs = ["b.out"], cmd = "echo evil >> $<; cp $< $@")
+        """,
+    )
+    run = ws.kiln("build", "//app:b")
+    assert run.code == 1
+    assert "modified one of its inputs" in run.err
+    assert ws.kiln("clean").code == 0
+    assert ws.kiln("build", "//app:a").code == 0
+    assert ws.out("app/a.out") == "original\n"
+
+
+def test_blake3_digests_keep_their_own_cache(ws: Workspace) -> None:
+    chain(ws)
+    assert ws.kiln("build", "//app:d", "--digest_function=blake3").executed == 1
+    assert ws.kiln("build", "//app:d", "--digest_function=blake3").hits == 1
+    assert ws.kiln("build", "//app:d").executed == 1  # sha256 keys: another cache

@@ -11,7 +11,7 @@ naming files a rule creates are marked with OutputListAttr.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,9 +52,18 @@ class RuleAttrs(BaseModel):
         key = (cls, marker.kind)
         if key not in _MARKED:
             _MARKED[key] = tuple(
-                name for name, info in cls.model_fields.items() if marker in info.metadata
+                name
+                for name, info in cls.model_fields.items()
+                if marker in info.metadata or _marked(info.annotation, marker)
             )
         return _MARKED[key]
+
+
+def _marked(annotation: Any, marker: _Marker) -> bool:
+    """Whether `marker` annotates `annotation` or a member of it (`LabelAttr | None`)."""
+    if get_origin(annotation) is Annotated:
+        return marker in annotation.__metadata__
+    return any(_marked(arg, marker) for arg in get_args(annotation))
 
 
 _MARKED: dict[tuple[type[RuleAttrs], str], tuple[str, ...]] = {}

@@ -10,16 +10,20 @@ from typing import Any
 
 import click
 
+from kiln.analysis.analysis_cache import AnalysisCache, CachedAnalysis
 from kiln.cli.build_options import BuildOptions, build_options, parse_size
 from kiln.cli.session import Session, cache_home
 from kiln.errors import BuildFailure, KilnError
 from kiln.exec import host
-from kiln.exec.action import Action
+from kiln.exec.action import Action, File
 from kiln.exec.scheduler import Limits, Reporter, Scheduler, ScheduleResult, needed_actions
 from kiln.exec.workspace_lock import workspace_lock
-from kiln.loading.graph import GraphBuilder
+from kiln.loading.graph import GraphBuilder, TargetGraph
 from kiln.loading.loader import PackageLoader
 from kiln.loading.patterns import expand, parse_patterns
+
+# Like Bazel, name the outputs of a few targets, not of every target of //...
+SHOWN_TARGETS = 20
 
 
 @click.command("build")
@@ -55,18 +59,8 @@ def run_build(session: Session, targets: list[str], options: BuildOptions) -> in
     phases[-1].end = time.monotonic()
     phases.append(_Phase("analysis", time.monotonic()))
 
-    from kiln.analysis.analyzer import Analyzer
-    from kiln.rules import load_rule
-
-    analyzer = Analyzer(graph, load_rule, loader.location_of, python=sys.executable)
-    action_graph = analyzer.analyze(labels)
-    requested = [f for label in labels for f in action_graph.targets[label].files]
-    roots = list(
-        dict.fromkeys(
-            action_graph.producer[f.path] for f in requested if f.path in action_graph.producer
-        )
-    )
-    actions = needed_actions(roots, action_graph.producer)
+    analysis = _analyze(session, loader, graph, labels)
+    actions, producer = analysis.actions, analysis.producer
     phases[-1].end = time.monotonic()
 
     limits = Limits(
@@ -79,16 +73,36 @@ def run_build(session: Session, targets: list[str], options: BuildOptions) -> in
     _check_gpus(actions, limits, loader)
 
     phases.append(_Phase("execution", time.monotonic()))
-    result, seconds = _execute(
-        session, options, actions, action_graph.producer, limits, loader, phases
-    )
-    _summarize(session, labels, action_graph, result, seconds)
+    result, seconds = _execute(session, options, actions, producer, limits, loader, phases)
+    _summarize(session, analysis.requested, result, seconds)
     if result.failed or result.skipped:
         raise BuildFailure(
             f"build did not complete successfully ({len(result.failed)} failed, "
             f"{len(set(map(id, result.skipped)))} not run)"
         )
     return 0
+
+
+def _analyze(
+    session: Session, loader: PackageLoader, graph: TargetGraph, labels: list[str]
+) -> CachedAnalysis:
+    """The actions needed for `labels`, from the analysis cache when nothing changed."""
+    cache = AnalysisCache(session.output_base / "analysis-cache.pickle")
+    cached = cache.load(loader, graph, labels)
+    if cached is not None:
+        return cached
+
+    from kiln.analysis.analyzer import Analyzer
+    from kiln.rules import load_rule
+
+    analyzer = Analyzer(graph, load_rule, loader.location_of, python=sys.executable)
+    action_graph = analyzer.analyze(labels)
+    requested = {label: action_graph.targets[label].files for label in labels}
+    producer = action_graph.producer
+    roots = [producer[f.path] for files in requested.values() for f in files if f.path in producer]
+    analysis = CachedAnalysis(requested, needed_actions(list(dict.fromkeys(roots)), producer))
+    cache.store(loader, graph, labels, analysis)
+    return analysis
 
 
 def _check_gpus(actions: list[Action], limits: Limits, loader: PackageLoader) -> None:
@@ -115,12 +129,16 @@ def _execute(
     from kiln.cache.cas import ContentStore
     from kiln.cache.digest_cache import FileDigestCache
     from kiln.cli.status import StatusPrinter
+    from kiln.exec.action_state import ActionState
     from kiln.exec.build_events import BuildEventWriter
     from kiln.exec.executor import ExecOptions, Executor
     from kiln.exec.explain import ExplainLog
     from kiln.exec.profile import ProfileWriter
 
     disk_cache = (options.disk_cache or cache_home()).expanduser().resolve()
+    if options.digest_function != "sha256":
+        # Blobs and keys of another digest function live apart: names never mix.
+        disk_cache = disk_cache / options.digest_function
     executor = Executor(
         workspace_root=session.workspace.root,
         output_base=session.output_base,
@@ -131,6 +149,7 @@ def _execute(
             options.digest_function,
         ),
         explain_log=ExplainLog(session.output_base / "explain.pickle"),
+        state=ActionState(session.output_base / "action-state.pickle", session.workspace.root),
         options=ExecOptions(
             digest_function=options.digest_function,
             strategy="worker" if options.strategy == "worker" else "local",
@@ -165,12 +184,14 @@ def _execute(
             _FanOut(reporters),
             keep_going=options.keep_going,
             interrupt=executor.interrupt,
+            up_to_date=executor.up_to_date,
         ).run()
     finally:
         status.close()
         executor.shutdown()
         executor.digest_cache.close()
         executor.explain_log.save()
+        executor.state.save()
         phases[-1].end = time.monotonic()
         if profile:
             for phase in phases:
@@ -205,7 +226,7 @@ class _FanOut(Reporter):
 
 
 def _summarize(
-    session: Session, labels: list[str], action_graph: Any, result: ScheduleResult, seconds: float
+    session: Session, requested: dict[str, tuple[File, ...]], result: ScheduleResult, seconds: float
 ) -> None:
     outcomes = result.outcomes
     hits = sum(1 for o in outcomes if o.status == "cached")
@@ -226,14 +247,16 @@ def _summarize(
     if result.failed or result.skipped:
         return
     root = session.workspace.root
-    for label in labels:
-        files = action_graph.targets[label].files
+    labels = list(requested)
+    for label in labels[:SHOWN_TARGETS]:
         echo(f"Target {label} up-to-date:")
-        for file in files:
+        for file in requested[label]:
             path = Path(root / file.path)
             try:
                 shown = path.relative_to(session.cwd)
             except ValueError:
                 shown = path
             echo(f"  {shown}")
+    if len(labels) > SHOWN_TARGETS:
+        echo(f"  ... and {len(labels) - SHOWN_TARGETS} more targets, all up-to-date")
     echo(f"INFO: Build completed successfully in {seconds:.2f}s")

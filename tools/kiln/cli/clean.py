@@ -23,11 +23,11 @@ def command(session: Session, expunge: bool, disk_cache: Path | None, lock_wait:
         session.output_base, wait=lock_wait, on_wait=lambda m: click.echo(f"INFO: {m}", err=True)
     ):
         _remove(session.workspace.root / OUTPUT_DIR)
-        for state in ("explain.pickle", "execroot"):
+        for state in ("explain.pickle", "action-state.pickle", "execroot"):
             _remove(session.output_base / state)
         if expunge:
             cache = (disk_cache or cache_home()).expanduser()
-            for part in ("cas", "ac", "gc.lock"):
+            for part in ("cas", "ac", "gc.lock", "blake3"):
                 _remove(cache / part)
             for child in session.output_base.iterdir():
                 if child.name != "lock":

@@ -11,6 +11,7 @@ that failed or was interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -22,7 +23,9 @@ from kiln.cache.action_cache import ActionCache, ActionResult, OutputFile
 from kiln.cache.cas import ContentStore
 from kiln.cache.digest import Digest
 from kiln.cache.digest_cache import FileDigestCache
+from kiln.errors import KilnError
 from kiln.exec.action import Action, ActionKey, compute_key
+from kiln.exec.action_state import ActionState
 from kiln.exec.execroot import Execroots
 from kiln.exec.explain import ExplainLog
 from kiln.exec.local_runner import LocalRunner, RunResult
@@ -41,6 +44,8 @@ class ExecOptions:
     action_timeout: float | None = None
     explain: bool = False
     python: str = ""
+    # Modules a worker imports once at start: what Python actions would import each time.
+    worker_preload: tuple[str, ...] = ("torch", "torch._inductor")
 
 
 @dataclass(frozen=True)
@@ -65,26 +70,44 @@ class Executor:
     digest_cache: FileDigestCache
     explain_log: ExplainLog
     options: ExecOptions
+    state: ActionState
     runner: LocalRunner = field(default_factory=LocalRunner)
     output_digests: dict[str, Digest] = field(default_factory=dict)
-    _digest_lock: threading.Lock = field(default_factory=threading.Lock)
     _pool: WorkerPool | None = None
     _pool_lock: threading.Lock = field(default_factory=threading.Lock)
+    _keys: dict[int, ActionKey] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.execroots = Execroots(self.output_base / "execroot", self.workspace_root, self.cas)
 
-    # -- the one entry point ------------------------------------------------
+    # -- the two entry points -----------------------------------------------
+
+    def up_to_date(self, action: Action) -> ActionOutcome | None:
+        """The no-op path, cheap enough for the scheduler's own thread: the action's key
+        is what kiln-out/ was last built with, and its files there are untouched."""
+        key = self._key(action)
+        outputs = self.state.current(action.primary_output.path, key.key)
+        if outputs is None:
+            return None
+        for out in outputs:
+            self.output_digests[out.path] = out.digest
+        return ActionOutcome(action, "cached", key.key, 0.0, "up-to-date")
 
     def execute(self, action: Action, lane: str) -> ActionOutcome:
         start = time.monotonic()
-        digests = {f.path: self._digest(f.path, f.is_source) for f in action.inputs}
-        key = compute_key(action, digests, self.options.digest_function)
+        key = self._key(action)
         result = self.action_cache.lookup(key.key, self.cas)
         if result is not None:
-            self._deliver(action, result)
-            self.explain_log.record(action, key)
-            return ActionOutcome(action, "cached", key.key, time.monotonic() - start, "disk", lane)
+            try:
+                self._deliver(action, key, result)
+            except KilnError:
+                result = None  # a blob was collected between lookup and use: run it
+            else:
+                self.explain_log.record(action, key)
+                return ActionOutcome(
+                    action, "cached", key.key, time.monotonic() - start, "disk", lane
+                )
+        digests = {f.path: self._digest(f.path, f.is_source) for f in action.inputs}
         explanation = self.explain_log.why(action, key) if self.options.explain else ""
         if action.content is not None:
             outcome = self._write(action, key, lane)
@@ -106,11 +129,18 @@ class Executor:
 
     # -- pieces ---------------------------------------------------------------
 
+    def _key(self, action: Action) -> ActionKey:
+        key = self._keys.get(id(action))
+        if key is None:
+            digests = {f.path: self._digest(f.path, f.is_source) for f in action.inputs}
+            key = compute_key(action, digests, self.options.digest_function)
+            self._keys[id(action)] = key
+        return key
+
     def _digest(self, path: str, is_source: bool) -> Digest:
         if not is_source:
             return self.output_digests[path]
-        with self._digest_lock:
-            return self.digest_cache.digest(str(self.workspace_root / path))
+        return self.digest_cache.digest(str(self.workspace_root / path))
 
     def _write(self, action: Action, key: ActionKey, lane: str) -> ActionOutcome:
         assert action.content is not None
@@ -120,7 +150,7 @@ class Executor:
             self.cas.put_file(self.cas.path(digest), digest, executable=True)
         result = ActionResult(output_files=(output,))
         self.action_cache.put(key.key, result)
-        self._deliver(action, result)
+        self._deliver(action, key, result)
         return ActionOutcome(action, "executed", key.key, strategy="write", lane=lane)
 
     def _run(
@@ -131,7 +161,17 @@ class Executor:
         try:
             env = dict(action.env)
             env.setdefault("TMPDIR", str(root / ".tmp"))
+            before = _input_stats(root, action)
             run = self._spawn(action, env, root, stdout, stderr)
+            if _input_stats(root, action) != before:
+                self._forget_inputs(action, digests)
+                return ActionOutcome(
+                    action,
+                    "failed",
+                    message="modified one of its inputs (inputs are read-only; write to a "
+                    "declared output instead)",
+                    lane=lane,
+                )
             text = _read_text(stdout) + _read_text(stderr)
             strategy = "worker" if run.lane.startswith("worker") else "local"
             lane = run.lane or lane
@@ -176,12 +216,18 @@ class Executor:
             if self.runner.cancelled:  # Ctrl-C arrived while storing: record nothing
                 return ActionOutcome(action, "failed", message="interrupted", lane=lane)
             self.action_cache.put(key.key, result)
-            self._deliver(action, result)
+            self._deliver(action, key, result)
             return ActionOutcome(
                 action, "executed", key.key, run.seconds, strategy, lane, output_text=text
             )
         finally:
             self.execroots.remove(root)
+
+    def _forget_inputs(self, action: Action, digests: dict[str, Digest]) -> None:
+        for file in action.inputs:
+            if not file.is_source:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.cas.path(digests[file.path]))
 
     def _spawn(
         self, action: Action, env: dict[str, str], root: Path, stdout: Path, stderr: Path
@@ -190,7 +236,7 @@ class Executor:
         if action.supports_workers and self.options.strategy == "worker":
             from kiln.workers.protocol import WorkRequest
 
-            response = self._worker_pool().run(
+            response = self._worker_pool(env).run(
                 WorkRequest(action.argv, env, str(root), str(stdout), str(stderr), timeout)
             )
             return RunResult(
@@ -202,17 +248,22 @@ class Executor:
             )
         return self.runner.run(action.argv, env, root, stdout, stderr, timeout)
 
-    def _worker_pool(self) -> WorkerPool:
+    def _worker_pool(self, env: dict[str, str]) -> WorkerPool:
+        # Settings Python reads only at start (PYTHONHASHSEED, ...) come from the
+        # environment of the first action that needs a worker; actions share it.
         with self._pool_lock:
             if self._pool is None:
                 from kiln.workers.pool import WorkerPool
 
                 self._pool = WorkerPool(
-                    self.options.python, self.options.worker_max_instances, preload=("torch",)
+                    self.options.python,
+                    self.options.worker_max_instances,
+                    preload=self.options.worker_preload,
+                    base_env={k: v for k, v in env.items() if k != "TMPDIR"},
                 )
             return self._pool
 
-    def _deliver(self, action: Action, result: ActionResult) -> None:
+    def _deliver(self, action: Action, key: ActionKey, result: ActionResult) -> None:
         """Record output digests for dependents and place outputs in kiln-out/."""
         for output in result.output_files:
             self.output_digests[output.path] = output.digest
@@ -224,6 +275,7 @@ class Executor:
             except FileNotFoundError:
                 pass
             self.cas.materialize(output.digest, dest, output.is_executable)
+        self.state.record(action.primary_output.path, key.key, result)
 
     def shutdown(self) -> None:
         if self._pool is not None:
@@ -233,6 +285,23 @@ class Executor:
         self.runner.kill_all()
         if self._pool is not None:
             self._pool.kill_all()
+
+
+def _input_stats(root: Path, action: Action) -> list[tuple[int, int]]:
+    """mtime and size of the generated inputs, which are hardlinks of CAS blobs.
+
+    They are read-only, but not to root: an action that writes through one
+    would corrupt the cache, so a change is caught and the blob dropped.
+    """
+    stats = []
+    for file in action.inputs:
+        if not file.is_source:
+            try:
+                st = os.stat(root / file.path)
+                stats.append((st.st_mtime_ns, st.st_size))
+            except FileNotFoundError:
+                stats.append((-1, -1))
+    return stats
 
 
 def _read_text(path: Path, limit: int = 64 * 1024) -> str:

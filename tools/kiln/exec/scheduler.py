@@ -78,6 +78,7 @@ class Scheduler:
         *,
         keep_going: bool,
         interrupt: Callable[[], None],
+        up_to_date: Callable[[Action], ActionOutcome | None] | None = None,
     ):
         self.actions = actions
         self.limits = limits
@@ -85,6 +86,8 @@ class Scheduler:
         self.reporter = reporter
         self.keep_going = keep_going
         self.interrupt = interrupt
+        # Answers "nothing to do" without a thread; see Executor.up_to_date.
+        self.up_to_date = up_to_date
         self.waiting_on: dict[int, set[int]] = {}
         self.dependents: dict[int, list[Action]] = {id(a): [] for a in actions}
         for action in actions:
@@ -120,6 +123,7 @@ class Scheduler:
         try:
             while ready or running:
                 if not stop:
+                    ready = self._skip_up_to_date(ready, result)
                     started = []
                     for action in ready:
                         if self._fits(action.resources, used, idle=not running):
@@ -135,19 +139,8 @@ class Scheduler:
                 for future in done:
                     action = running.pop(future)
                     used = _add(used, action.resources, -1)
-                    outcome = future.result()
-                    result.outcomes.append(outcome)
-                    self.reporter.action_finished(outcome)
-                    if outcome.status == "failed":
-                        if not self.keep_going:
-                            stop = True
-                        result.skipped += self._dependents_of(action)
-                        continue
-                    for dependent in self.dependents[id(action)]:
-                        waiting = self.waiting_on[id(dependent)]
-                        waiting.discard(id(action))
-                        if not waiting:
-                            ready.append(dependent)
+                    if not self._finish(action, future.result(), result, ready):
+                        stop = stop or not self.keep_going
             if stop:
                 ran = {id(o.action) for o in result.outcomes}
                 skipped = {id(a) for a in result.skipped}
@@ -163,6 +156,37 @@ class Scheduler:
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         return result
+
+    def _skip_up_to_date(self, ready: list[Action], result: ScheduleResult) -> list[Action]:
+        """Finish every ready action that is already up to date; return the rest."""
+        if self.up_to_date is None:
+            return ready
+        pending = list(ready)
+        remaining: list[Action] = []
+        while pending:
+            action = pending.pop()
+            outcome = self.up_to_date(action)
+            if outcome is None:
+                remaining.append(action)
+            else:
+                self._finish(action, outcome, result, pending)
+        return remaining
+
+    def _finish(
+        self, action: Action, outcome: ActionOutcome, result: ScheduleResult, ready: list[Action]
+    ) -> bool:
+        """Record an outcome and release the actions that waited on it; False if it failed."""
+        result.outcomes.append(outcome)
+        self.reporter.action_finished(outcome)
+        if outcome.status == "failed":
+            result.skipped += self._dependents_of(action)
+            return False
+        for dependent in self.dependents[id(action)]:
+            waiting = self.waiting_on[id(dependent)]
+            waiting.discard(id(action))
+            if not waiting:
+                ready.append(dependent)
+        return True
 
     def _fits(self, need: Resources, used: Resources, *, idle: bool) -> bool:
         if idle:

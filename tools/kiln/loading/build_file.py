@@ -33,6 +33,7 @@ class BuildFileEvaluator:
         builder, read = self._run(package, build_file, locate_index=None)
         stamps = [stamp]
         stamps += [self.bzl.stamps[path] for path in sorted(read)]
+        # Files glob() did not list are looked up below, in directories stamped first.
         referenced = source_files.referenced(package, builder.targets)
         unlisted = referenced - builder.globbed_files
         prefix = f"{package}/" if package else ""

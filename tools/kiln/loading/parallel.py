@@ -8,8 +8,9 @@ Packages back pickled, the format the graph cache stores anyway.
 This is only a head start. A share stops at its first failure, and whatever
 did not come back is evaluated again, in order, by PackageLoader.package(), so
 errors are reported exactly as in a serial run. No fork happens while other
-threads run (a lock one of them holds would stay locked in the child), nor
-for fewer than MIN_SHARE packages a process.
+threads run (a lock one of them holds would stay locked in the child), off
+Linux (macOS's system libraries do not all survive a fork), nor for fewer
+than MIN_SHARE packages a process.
 
     packages = evaluate_all(lambda name: evaluator.evaluate(name, ...), names)
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import sys
 import threading
 from collections.abc import Callable
 
@@ -31,10 +33,9 @@ MIN_SHARE = 64
 
 def jobs_for(count: int) -> int:
     """How many processes should evaluate `count` packages."""
-    if not hasattr(os, "fork") or threading.active_count() > 1:
+    if sys.platform != "linux" or threading.active_count() > 1:
         return 1
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(cpus or 1, count // MIN_SHARE))
+    return max(1, min(len(os.sched_getaffinity(0)), count // MIN_SHARE))
 
 
 def evaluate_all(evaluate: Callable[[str], Package], names: list[str]) -> list[Package]:

@@ -1,0 +1,150 @@
+"""aoti_package end to end on the CPU: real torch.export and AOTInductor packaging.
+
+One workspace (the mlp model) and one disk cache are shared by the tests of
+this module, so packaging (tens of seconds) runs once per graph.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+KILN = [sys.executable, "-m", "kiln"]
+
+MLP_BUILD = """
+torch_model(
+    name = "mlp",
+    src = "mlp.py",
+    factory = "mlp:build",
+    inputs = [{"name": "x", "shape": [8, 10], "dtype": "float32"}],
+    dynamic_dims = [{"name": "batch", "min": 1, "max": 64, "axes": {"x": 0}}],
+)
+
+aoti_package(name = "mlp_pt2", model = ":mlp")
+"""
+
+
+@dataclass
+class Result:
+    code: int
+    err: str
+    events: list[dict[str, object]]
+
+    def actions(self, mnemonic: str) -> list[str]:
+        """Statuses of the actions with this mnemonic: executed, cached or failed."""
+        return [
+            str(e["status"])
+            for e in self.events
+            if e.get("type") == "action_finished" and e.get("mnemonic") == mnemonic
+        ]
+
+
+@dataclass
+class ModelWorkspace:
+    root: Path
+    env: dict[str, str]
+
+    def build(self, *args: str) -> Result:
+        events = self.root.parent / "events.json"
+        done = subprocess.run(
+            [*KILN, "build", *args, f"--build_event_json_file={events}"],
+            cwd=self.root,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        lines = events.read_text().splitlines() if events.exists() else []
+        return Result(done.returncode, done.stderr, [json.loads(line) for line in lines])
+
+
+def make_workspace(root: Path, cache: Path, build: str = MLP_BUILD) -> ModelWorkspace:
+    (root / "models").mkdir(parents=True)
+    (root / "WORKSPACE").write_text("")
+    (root / "models/BUILD").write_text(textwrap.dedent(build))
+    shutil.copy(REPO / "models/mlp.py", root / "models/mlp.py")
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache), HOME=str(cache.parent))
+    return ModelWorkspace(root, env)
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelWorkspace]:
+    base = tmp_path_factory.mktemp("aoti")
+    workspace = make_workspace(base / "ws", base / "cache")
+    first = workspace.build("//models:mlp_pt2")
+    assert first.code == 0, first.err
+    yield workspace
+
+
+def test_package_is_validated_against_eager(mlp: ModelWorkspace) -> None:
+    report = json.loads((mlp.root / "kiln-out/models/mlp_pt2.validation.json").read_text())
+    assert [c["point"] for c in report["checks"]] == ["min", "opt", "max"]
+    assert [c["shapes"]["x"][0] for c in report["checks"]] == [1, 8, 64]
+    assert report["max_abs_error"] < 1e-4
+    assert (mlp.root / "kiln-out/models/mlp_pt2.pt2").stat().st_size > 100_000
+
+
+def test_package_loads_and_runs_in_a_fresh_python(mlp: ModelWorkspace) -> None:
+    script = textwrap.dedent(
+        """
+        import sys, torch, torch._inductor
+        sys.path.insert(0, "models")
+        import mlp
+        torch.manual_seed(0)
+        model = mlp.build().eval()
+        package = torch._inductor.aoti_load_package("kiln-out/models/mlp_pt2.pt2")
+        x = torch.randn(5, 10)
+        print(float((package(x) - model(x)).abs().max()))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=mlp.root, capture_output=True, text=True, check=True
+    )
+    assert float(done.stdout.strip().splitlines()[-1]) < 1e-5
+
+
+def test_noop_rebuild_runs_nothing(mlp: ModelWorkspace) -> None:
+    again = mlp.build("//models:mlp_pt2")
+    assert again.code == 0
+    assert {e["status"] for e in again.events if e.get("type") == "action_finished"} == {"cached"}
+
+
+def test_edit_that_keeps_the_graph_reruns_export_but_not_packaging(mlp: ModelWorkspace) -> None:
+    """Early cutoff: comments, formatting and a renamed local leave the program as it was."""
+    source = mlp.root / "models/mlp.py"
+    original = source.read_text()
+    edited = "# A comment that shifts every line below it.\n\n" + original.replace(
+        "return self.net(x)", "result = self.net(x)  # renamed local\n        return result"
+    )
+    source.write_text(edited)
+    try:
+        run = mlp.build("//models:mlp_pt2", "--explain")
+        assert run.code == 0, run.err
+        assert run.actions("TorchExport") == ["executed"]
+        assert run.actions("AotiPackage") == ["cached"]
+        assert "EXPLAIN: TorchExport //models:mlp_pt2: input changed: models/mlp.py" in run.err
+        assert "EXPLAIN: AotiPackage" not in run.err
+    finally:
+        source.write_text(original)
+
+
+def test_identical_inputs_give_a_byte_identical_package(
+    mlp: ModelWorkspace, tmp_path: Path
+) -> None:
+    other = make_workspace(tmp_path / "elsewhere" / "ws", tmp_path / "fresh-cache")
+    run = other.build("//models:mlp_pt2")
+    assert run.code == 0, run.err
+    assert run.actions("AotiPackage") == ["executed"]  # really rebuilt, not shared
+    mine = (mlp.root / "kiln-out/models/mlp_pt2.pt2").read_bytes()
+    theirs = (other.root / "kiln-out/models/mlp_pt2.pt2").read_bytes()
+    assert mine == theirs

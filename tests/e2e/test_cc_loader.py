@@ -1,0 +1,461 @@
+"""The C++ loader library kiln generates for every aoti_package.
+
+The first tests render the templates only (no compiler). The others build the
+workspace's own //models:mlp_pt2 with kiln, compile tests/cc/model_app.cpp
+against its loader (class MlpPt2) and the libtorch inside the torch wheel, once
+with plain g++ and once through the generated CMake package, run it on the
+package and compare its output with Python's torch._inductor.aoti_load_package.
+Each binary is compiled once per session (fixtures): about 5 s each on two cores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kiln.analysis.context import RuleContext
+from kiln.exec.action import File
+from kiln.rules.aoti_loader import LoaderSource, class_name, declare_loader_library, render_loader
+from kiln.rules.aoti_package import AotiPackageAttrs
+from kiln.rules.torch_model import DynamicDim, TensorSpec, TorchModelInfo
+
+REPO = Path(__file__).resolve().parents[2]
+APP_SOURCES = REPO / "tests" / "cc"
+TARGET = "//models:mlp_pt2"
+BATCH = 4
+TOLERANCE = 1e-5
+
+# The environment before tests/conftest.py gives each test a fresh HOME: the
+# session's kiln build of the repository's own workspace uses the default disk
+# cache, so a developer's warm cache makes it a cache hit; a cold one (CI) builds.
+SESSION_ENV = dict(os.environ)
+
+
+def _torch_dir() -> Path:
+    spec = importlib.util.find_spec("torch")  # without importing torch here
+    assert spec is not None and spec.origin is not None, "torch is not installed"
+    return Path(spec.origin).parent
+
+
+TORCH = _torch_dir()
+TORCH_CMAKE_PREFIX = TORCH / "share" / "cmake"  # torch.utils.cmake_prefix_path
+GXX_COMPILE = [
+    "g++",
+    "-std=c++20",
+    "-O1",
+    "-D_GLIBCXX_USE_CXX11_ABI=1",
+    "-Wall",
+    "-Wextra",
+    "-Werror",  # for the generated code and the app; torch's headers are system headers
+    "-isystem",
+    str(TORCH / "include"),
+    "-isystem",
+    str(TORCH / "include/torch/csrc/api/include"),
+]
+GXX_LINK = [f"-L{TORCH / 'lib'}", f"-Wl,-rpath,{TORCH / 'lib'}", "-ltorch", "-ltorch_cpu", "-lc10"]
+
+REFERENCE = """
+import sys
+import torch
+import torch._inductor
+
+package = torch._inductor.aoti_load_package(sys.argv[1])
+batch = int(sys.argv[2])
+x = torch.arange(batch * 10, dtype=torch.float32).reshape(batch, 10).div(100)
+with torch.no_grad():
+    out = package(x)
+for tensor in out if isinstance(out, (list, tuple)) else [out]:
+    for value in tensor.double().flatten().tolist():
+        print(repr(value))
+"""
+
+
+# -- the rendered text (no compiler) ---------------------------------------------------------
+
+RESNET = TorchModelInfo(
+    label="//models:resnet",
+    src=File("models/resnet.py"),
+    deps=(),
+    weights=None,
+    factory="resnet:build",
+    factory_kwargs={},
+    inputs=(TensorSpec(name="image", shape=[2, 3, 224, 224], dtype="float32"),),
+    dynamic_dims=(DynamicDim(name="batch", min=1, max=16, axes={"image": 0}),),
+)
+
+TWO_INPUTS = TorchModelInfo(
+    label="//models:detector",
+    src=File("models/detector.py"),
+    deps=(),
+    weights=None,
+    factory="detector:build",
+    factory_kwargs={},
+    inputs=(
+        TensorSpec(name="image", shape=[2, 3, 64, 48], dtype="float16"),
+        TensorSpec(name="class", shape=[2, 7], dtype="int64"),
+    ),
+    dynamic_dims=(
+        DynamicDim(name="batch", min=1, max=8, axes={"image": 0, "class": 0}),
+        DynamicDim(name="height", min=32, max=512, axes={"image": 2}),
+    ),
+)
+
+
+def _render(
+    model: TorchModelInfo, name: str, *, device: str = "cpu", backend: str = "inductor"
+) -> dict[str, str]:
+    return render_loader(
+        LoaderSource(name, f"//models:{name}", model, device, backend, f"{name}.pt2")
+    )
+
+
+def test_class_is_named_after_the_target() -> None:
+    assert class_name("resnet_pt2") == "ResnetPt2"
+    assert class_name("mlp_pt2") == "MlpPt2"
+    assert class_name("mlp-v2.cpu") == "MlpV2Cpu"
+    assert class_name("bertBase_pt2") == "BertBasePt2"
+    assert class_name("3d_unet") == "Model3dUnet"
+    files = _render(RESNET, "resnet_pt2")
+    assert sorted(files) == [
+        "BUILD.bazel",
+        "resnet_pt2.cpp",
+        "resnet_pt2.h",
+        "resnet_pt2Config.cmake",
+    ]
+    assert "\nclass ResnetPt2 {\n" in files["resnet_pt2.h"]
+    assert "explicit ResnetPt2(const std::string& package_path" in files["resnet_pt2.h"]
+    assert "std::vector<at::Tensor> ResnetPt2::run(" in files["resnet_pt2.cpp"]
+    assert '#include "resnet_pt2.h"' in files["resnet_pt2.cpp"]
+
+
+def test_declared_specs_and_ranges_are_baked_in() -> None:
+    header = _render(RESNET, "resnet_pt2")["resnet_pt2.h"]
+    assert 'static constexpr std::string_view kLabel = "//models:resnet_pt2";' in header
+    assert "static constexpr std::size_t kNumInputs = 1;" in header
+    assert (
+        'InputSpec{"image", c10::ScalarType::Float, "float32", 4,\n'
+        '                {DimSpec{"batch", 1, 16}, DimSpec{"", 3, 3}, DimSpec{"", 224, 224}, '
+        'DimSpec{"", 224, 224}}},'
+    ) in header
+    assert "std::vector<at::Tensor> operator()(const at::Tensor& image);" in header
+    source = _render(RESNET, "resnet_pt2")["resnet_pt2.cpp"]
+    assert '", outside ["' in source  # "input 'image' dim 0 is 40, outside [1, 16]"
+    assert "std::invalid_argument" in source
+    assert "c10::DeviceType::CPU" in source
+
+
+def test_several_inputs_shared_dims_and_odd_names() -> None:
+    files = _render(TWO_INPUTS, "detector_pt2", device="cuda")
+    header, source = files["detector_pt2.h"], files["detector_pt2.cpp"]
+    assert "class DetectorPt2 {" in header
+    assert 'InputSpec{"image", c10::ScalarType::Half, "float16", 4,' in header
+    assert '{DimSpec{"batch", 1, 8}, DimSpec{"", 3, 3}, DimSpec{"height", 32, 512}, ' in header
+    assert 'InputSpec{"class", c10::ScalarType::Long, "int64", 2,' in header
+    # `class` is a keyword: the parameter of operator() is renamed, the input is not.
+    assert "operator()(const at::Tensor& image, const at::Tensor& class_);" in header
+    assert "return run({image, class_});" in source
+    # batch binds two axes, which must agree; height binds one.
+    assert "if (inputs[1].size(0) != inputs[0].size(0)) {" in source
+    assert source.count("both are the dynamic dim") == 1
+    assert "c10::DeviceType::CUDA" in source
+    assert '"image, class"' in source
+
+
+def test_tensorrt_runtime_is_loaded_only_for_tensorrt_packages() -> None:
+    inductor = _render(RESNET, "resnet_pt2", device="cuda")
+    for text in inductor.values():
+        assert "dlopen" not in text
+        assert "libtorchtrt_runtime" not in text
+        assert "KILN_TORCHTRT_RUNTIME" not in text
+    trt = _render(RESNET, "resnet_pt2", device="cuda", backend="tensorrt")
+    source = trt["resnet_pt2.cpp"]
+    assert "#include <dlfcn.h>" in source
+    assert "dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)" in source
+    assert 'std::getenv("KILN_TORCHTRT_RUNTIME")' in source
+    # before AOTInductor loads the package, whose engines need the runtime's ops
+    assert source.index("  load_torchtrt_runtime();") < source.index(
+        "std::make_unique<torch::inductor::AOTIModelPackageLoader>"
+    )
+    assert "${CMAKE_DL_LIBS}" in trt["resnet_pt2Config.cmake"]
+    assert 'linkopts = ["-ldl"]' in trt["BUILD.bazel"]
+
+
+def test_cmake_package_and_bazel_build_file() -> None:
+    files = _render(RESNET, "resnet_pt2")
+    config = files["resnet_pt2Config.cmake"]
+    assert "find_dependency(Torch)" in config
+    assert "add_library(resnet_pt2::resnet_pt2 INTERFACE IMPORTED)" in config
+    assert 'INTERFACE_SOURCES "${CMAKE_CURRENT_LIST_DIR}/resnet_pt2.cpp"' in config
+    assert 'set(resnet_pt2_PACKAGE "${CMAKE_CURRENT_LIST_DIR}/resnet_pt2.pt2")' in config
+    build = files["BUILD.bazel"]
+    assert 'LIBTORCH = "@libtorch//:torch"' in build
+    for line in (
+        'name = "resnet_pt2",',
+        'srcs = ["resnet_pt2.cpp"],',
+        'hdrs = ["resnet_pt2.h"],',
+        'data = ["resnet_pt2.pt2"],',
+        "deps = [LIBTORCH],",
+    ):
+        assert f"\n    {line}\n" in build
+
+
+def test_declare_loader_library_writes_the_folder() -> None:
+    attrs = AotiPackageAttrs(name="resnet_pt2", model="//models:resnet")
+    ctx: RuleContext[AotiPackageAttrs] = RuleContext("//models:resnet_pt2", attrs, {})
+    package = File("kiln-out/models/resnet_pt2.pt2", "//models:resnet_pt2")
+    files = declare_loader_library(
+        ctx, package=package, model=RESNET, device="cpu", backend="inductor"
+    )
+    folder = "kiln-out/models/resnet_pt2_loader"
+    assert [f.path for f in files] == [
+        f"{folder}/resnet_pt2.h",
+        f"{folder}/resnet_pt2.cpp",
+        f"{folder}/resnet_pt2Config.cmake",
+        f"{folder}/BUILD.bazel",
+        f"{folder}/resnet_pt2.pt2",
+    ]
+    writes = [a for a in ctx.actions.declared if a.mnemonic == "FileWrite"]
+    assert len(writes) == 4 and all(a.content for a in writes)
+    (copy,) = [a for a in ctx.actions.declared if a.mnemonic != "FileWrite"]
+    assert copy.inputs == (package,)
+    assert copy.outputs == (files[-1],)
+
+
+def test_rule_catalogue_does_not_import_jinja2() -> None:
+    probe = (
+        "import sys, kiln.rules.aoti_package, kiln.rules.aoti_loader; "
+        "print('jinja2' in sys.modules)"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert run.stdout.strip() == "False"
+
+
+# -- compiled and run ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Built:
+    package: Path  # kiln-out/models/mlp_pt2.pt2
+    loader: Path  # kiln-out/models/mlp_pt2_loader
+    spec: dict[str, Any]  # what the AotiPackage action was given (inputs, dynamic_dims)
+
+
+def _run(
+    argv: list[str],
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def _need(tool: str) -> None:
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed")
+
+
+def _check(run: subprocess.CompletedProcess[str], what: str) -> None:
+    assert run.returncode == 0, f"{what} failed ({run.returncode}):\n{run.stdout}\n{run.stderr}"
+
+
+@pytest.fixture(scope="session")
+def built() -> Built:
+    """kiln build //models:mlp_pt2 in this repository, with its own kiln, once a session."""
+    run = _run(
+        [sys.executable, "-m", "kiln", "--nohome_rc", "build", TARGET],
+        cwd=REPO,
+        env=SESSION_ENV,
+        timeout=900,
+    )
+    _check(run, f"kiln build {TARGET}")
+    out = REPO / "kiln-out" / "models"
+    spec = json.loads((out / "mlp_pt2.package.json").read_text())
+    return Built(out / "mlp_pt2.pt2", out / "mlp_pt2_loader", spec)
+
+
+def _compile(jobs: list[list[str]]) -> None:
+    """Runs compiler command lines side by side (each is a few seconds of one core)."""
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        runs = list(pool.map(lambda argv: _run(argv, timeout=600), jobs))
+    for argv, run in zip(jobs, runs, strict=True):
+        _check(run, " ".join(argv))
+
+
+def _gxx_app(loader: Path, out: Path) -> Path:
+    """model_app + the loader in `loader`, with plain g++."""
+    include = ["-I", str(loader)]
+    objects = [out / "mlp_pt2.o", out / "model_app.o"]
+    _compile(
+        [
+            [*GXX_COMPILE, *include, "-c", str(loader / "mlp_pt2.cpp"), "-o", str(objects[0])],
+            [
+                *GXX_COMPILE,
+                *include,
+                "-c",
+                str(APP_SOURCES / "model_app.cpp"),
+                "-o",
+                str(objects[1]),
+            ],
+        ]
+    )
+    app = out / "model_app"
+    _check(_run(["g++", *map(str, objects), "-o", str(app), *GXX_LINK]), "linking model_app")
+    return app
+
+
+@pytest.fixture(scope="session")
+def gxx_app(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    _need("g++")
+    return _gxx_app(built.loader, tmp_path_factory.mktemp("gxx"))
+
+
+@pytest.fixture(scope="session")
+def cmake_app(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    _need("cmake")
+    build = tmp_path_factory.mktemp("cmake")
+    configure = _run(
+        [
+            "cmake",
+            "-S",
+            str(APP_SOURCES),
+            "-B",
+            str(build),
+            f"-DCMAKE_PREFIX_PATH={built.loader};{TORCH_CMAKE_PREFIX}",
+        ]
+    )
+    _check(configure, "cmake configure")
+    _check(_run(["cmake", "--build", str(build), "--parallel", "2"], timeout=600), "cmake --build")
+    return build / "model_app"
+
+
+@pytest.fixture(scope="session")
+def tensorrt_app(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """model_app against the loader rendered as for backend = "tensorrt" (CPU here)."""
+    _need("g++")
+    loader = tmp_path_factory.mktemp("trt_loader")
+    spec = built.spec
+    model = TorchModelInfo(
+        label="//models:mlp",
+        src=File("models/mlp.py"),
+        deps=(),
+        weights=None,
+        factory="mlp:build",
+        factory_kwargs={},
+        inputs=tuple(TensorSpec(**i) for i in spec["inputs"]),
+        dynamic_dims=tuple(DynamicDim(**d) for d in spec["dynamic_dims"]),
+    )
+    files = render_loader(LoaderSource("mlp_pt2", TARGET, model, "cpu", "tensorrt", "mlp_pt2.pt2"))
+    for name, text in files.items():
+        (loader / name).write_text(text)
+    assert "dlopen" in files["mlp_pt2.cpp"]
+    return _gxx_app(loader, tmp_path_factory.mktemp("trt"))
+
+
+@pytest.fixture(scope="session")
+def reference(built: Built) -> list[float]:
+    """Python's outputs: torch._inductor.aoti_load_package on the app's input, in a child."""
+    run = _run([sys.executable, "-c", REFERENCE, str(built.package), str(BATCH)])
+    _check(run, "the Python reference")
+    return [float(line) for line in run.stdout.split()]
+
+
+def _outputs(
+    app: Path, package: Path, *args: str, env: dict[str, str] | None = None
+) -> list[float]:
+    run = _run([str(app), str(package), *args], env=env)
+    _check(run, f"{app.name} {' '.join(args)}")
+    return [float(line) for line in run.stdout.split()]
+
+
+def _assert_close(actual: list[float], expected: list[float]) -> None:
+    assert len(actual) == len(expected) == BATCH * 4  # mlp: 10 -> 64 -> 4
+    worst = max(abs(a - e) for a, e in zip(actual, expected, strict=True))
+    assert worst <= TOLERANCE, f"max abs difference {worst:.3g} > {TOLERANCE}"
+
+
+def test_loader_folder_is_built_with_the_package(built: Built) -> None:
+    names = sorted(p.name for p in built.loader.iterdir())
+    assert names == [
+        "BUILD.bazel",
+        "mlp_pt2.cpp",
+        "mlp_pt2.h",
+        "mlp_pt2.pt2",
+        "mlp_pt2Config.cmake",
+    ]
+    assert (built.loader / "mlp_pt2.pt2").read_bytes() == built.package.read_bytes()
+    header = (built.loader / "mlp_pt2.h").read_text()
+    assert 'InputSpec{"x", c10::ScalarType::Float, "float32", 2,' in header
+    assert '{DimSpec{"batch", 1, 64}, DimSpec{"", 10, 10}}' in header
+
+
+def test_gxx_app_matches_python(gxx_app: Path, built: Built, reference: list[float]) -> None:
+    _assert_close(_outputs(gxx_app, built.package, str(BATCH)), reference)
+
+
+def test_cmake_app_matches_python(cmake_app: Path, built: Built, reference: list[float]) -> None:
+    # the copy beside the CMake package, as an application would find it (mlp_pt2_PACKAGE)
+    _assert_close(_outputs(cmake_app, built.loader / "mlp_pt2.pt2", str(BATCH)), reference)
+
+
+@pytest.mark.parametrize("app", ["gxx_app", "cmake_app"])
+@pytest.mark.parametrize("batch", [65, 0])
+def test_batch_outside_the_range_is_a_clear_error(
+    app: str, batch: int, built: Built, request: pytest.FixtureRequest
+) -> None:
+    binary: Path = request.getfixturevalue(app)
+    run = _run([str(binary), str(built.package), str(batch)])
+    assert run.returncode == 2, run.stderr
+    assert run.stdout == ""
+    assert (
+        f"MlpPt2: input 'x' dim 0 is {batch}, outside [1, 64] (the dynamic dim 'batch')"
+        in run.stderr
+    )
+
+
+def test_wrong_dtype_and_missing_package_are_clear_errors(gxx_app: Path, built: Built) -> None:
+    run = _run([str(gxx_app), str(built.package), str(BATCH), "float64"])
+    assert run.returncode == 2
+    assert "MlpPt2: input 'x' has dtype float64, expected float32" in run.stderr
+    run = _run([str(gxx_app), str(built.loader / "missing.pt2"), str(BATCH)])
+    assert run.returncode == 2
+    assert "MlpPt2: no package at '" in run.stderr
+
+
+def test_tensorrt_loader_needs_the_runtime_library(
+    tensorrt_app: Path, built: Built, reference: list[float]
+) -> None:
+    env = dict(os.environ, KILN_TORCHTRT_RUNTIME="/nonexistent/libtorchtrt_runtime.so")
+    run = _run([str(tensorrt_app), str(built.package), str(BATCH)], env=env)
+    assert run.returncode == 1
+    assert (
+        "MlpPt2: the package holds TensorRT engines and needs libtorchtrt_runtime.so" in run.stderr
+    )
+    assert "'/nonexistent/libtorchtrt_runtime.so'" in run.stderr
+    assert "KILN_TORCHTRT_RUNTIME" in run.stderr
+    # Any library that loads stands in for the runtime: then the package runs as before.
+    env["KILN_TORCHTRT_RUNTIME"] = str(TORCH / "lib" / "libc10.so")
+    _assert_close(_outputs(tensorrt_app, built.package, str(BATCH), env=env), reference)
+
+
+def test_generated_code_for_several_inputs_compiles(tmp_path: Path) -> None:
+    _need("g++")
+    files = _render(TWO_INPUTS, "detector_pt2", device="cuda", backend="tensorrt")
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    _compile(
+        [[*GXX_COMPILE, "-I", str(tmp_path), "-fsyntax-only", str(tmp_path / "detector_pt2.cpp")]]
+    )

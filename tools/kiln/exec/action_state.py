@@ -1,0 +1,101 @@
+"""The workspace's record of what kiln-out/ holds: ninja's build log for kiln.
+
+For each action (by its first output) it keeps the key it last ran or hit
+with, and each output's digest and the stat data of the file kiln placed in
+kiln-out/. When the key is unchanged and every output file still has that
+stat data, the action is up to date: no action-cache read, no thread, no
+hashing. Anything else falls back to the action cache, so a lost or stale
+record only costs time. Written whole, atomically, at the end of a build.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.cache.action_cache import ActionResult
+from kiln.cache.digest import Digest
+
+FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRecord:
+    path: str
+    digest: Digest
+    is_executable: bool
+    inode: int
+    mtime_ns: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class StateEntry:
+    key: str
+    outputs: tuple[OutputRecord, ...]
+
+
+class ActionState:
+    def __init__(self, path: Path, workspace_root: Path):
+        self.path = path
+        self.root = str(workspace_root)
+        self.entries: dict[str, StateEntry] = {}
+        self._lock = threading.Lock()
+        self._dirty = False
+        try:
+            with path.open("rb") as f:
+                data = pickle.load(f)
+            if isinstance(data, dict) and data.get("format") == FORMAT:
+                self.entries = data["entries"]
+        except Exception:  # a missing or damaged record only costs time
+            self.entries = {}
+
+    def current(self, primary_output: str, key: str) -> tuple[OutputRecord, ...] | None:
+        """The outputs, if kiln-out/ still holds exactly what the action made under `key`."""
+        entry = self.entries.get(primary_output)
+        if entry is None or entry.key != key:
+            return None
+        for out in entry.outputs:
+            try:
+                st = os.stat(os.path.join(self.root, out.path))
+            except OSError:
+                return None
+            if (st.st_ino, st.st_mtime_ns, st.st_size) != (out.inode, out.mtime_ns, out.size):
+                return None
+        return entry.outputs
+
+    def record(self, primary_output: str, key: str, result: ActionResult) -> None:
+        outputs = []
+        for out in result.output_files:
+            try:
+                st = os.stat(os.path.join(self.root, out.path))
+            except OSError:
+                return
+            outputs.append(
+                OutputRecord(
+                    out.path, out.digest, out.is_executable, st.st_ino, st.st_mtime_ns, st.st_size
+                )
+            )
+        with self._lock:
+            self.entries[primary_output] = StateEntry(key, tuple(outputs))
+            self._dirty = True
+
+    def save(self) -> None:
+        if not self._dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".state-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump({"format": FORMAT, "entries": self.entries}, f, protocol=5)
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self._dirty = False
