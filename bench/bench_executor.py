@@ -93,74 +93,73 @@ def main(argv: list[str] | None = None) -> int:
         root.mkdir()
         generate(root)
         env = dict(os.environ, HOME=str(tmp), XDG_CACHE_HOME=str(tmp / "cache"))
-        genrules = ["--", "//...", "-//big/..."]  # Bazel's way to subtract a pattern
-        events = tmp / "events.json"
         print(f"{PACKAGES * RULES} genrules; median of {args.runs} runs, fresh processes\n")
-
-        full = run([KILN, "build", "--jobs=2", *genrules], root, env)
+        full = run([KILN, "build", "--jobs=2", *GENRULES], root, env)
         print(f"{'full build (--jobs=2, empty cache)':<34} {full:8.2f} s\n")
-
-        row(
-            "baseline: python -c pass",
-            [run([sys.executable, "-c", "pass"], root, env) for _ in range(args.runs)],
-            "",
-        )
-        row(
-            "baseline: kiln query //...",
-            [run([KILN, "query", "//..."], root, env) for _ in range(args.runs)],
-            "",
-        )
-        noop = [run([KILN, "build", *genrules], root, env) for _ in range(args.runs)]
-        row("no-op kiln build //...", noop, "goal <= 400 ms")
-
-        beyond = []
-        leaf = root / f"p{PACKAGES - 1:03d}" / "src0.txt"
-        for i in range(args.runs):
-            leaf.write_text(f"edit {i}\n")
-            total = run([KILN, "build", f"--build_event_json_file={events}", *genrules], root, env)
-            ran = action_seconds(events, "executed")
-            assert len(ran) == 1, f"expected one action to run, got {len(ran)}"
-            beyond.append(total - ran[0])
-        row("one change: time beyond the action", beyond, "goal <= 300 ms")
-
-        run([KILN, "build", "//big:gib"], root, env)
-        hits, copies = [], []
-        blob = root / "kiln-out/big/gib.bin"
-        for _ in range(max(3, args.runs // 2)):
-            copy_start = time.perf_counter()
-            shutil.copyfile(blob, tmp / "copy.bin")
-            copies.append(time.perf_counter() - copy_start)
-            (tmp / "copy.bin").unlink()
-            shutil.rmtree(root / "kiln-out/big")
-            run([KILN, "build", "//big:gib", f"--build_event_json_file={events}"], root, env)
-            hits.append(action_seconds(events, "cached")[0])
-        row(
-            "1 GiB output: cache hit",
-            hits,
-            "goal <= 50 ms",
-            f"baseline cp: {statistics.median(copies) * 1000:.0f} ms",
-        )
-
-        sys.path.insert(0, str(REPO / "tools"))
-        from kiln.cache.digest import digest_file
-
-        fresh = tmp / "fresh.bin"
-        with fresh.open("wb") as f:
-            for _ in range(GIB // (1 << 24)):
-                f.write(os.urandom(1 << 24))
-        rates, sums = [], []
-        for _ in range(3):
-            start = time.perf_counter()
-            digest_file(fresh)
-            rates.append(GIB / (time.perf_counter() - start) / 1e9)
-            sums.append(GIB / run(["sha256sum", str(fresh)], tmp, env) / 1e9)
-        print(
-            f"{'1 GiB digest (sha256)':<34} {statistics.median(rates):8.2f} GB/s "
-            f"goal >= 1 GB/s      baseline sha256sum: {statistics.median(sums):.2f} GB/s"
-        )
+        noop_and_change(root, env, tmp / "events.json", args.runs)
+        gib_hit(root, env, tmp, max(3, args.runs // 2))
+        digest_speed(tmp, env)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+GENRULES = ["--", "//...", "-//big/..."]  # Bazel's way to subtract a pattern
+
+
+def noop_and_change(root: Path, env: dict[str, str], events: Path, runs: int) -> None:
+    python = [run([sys.executable, "-c", "pass"], root, env) for _ in range(runs)]
+    row("baseline: python -c pass", python, "")
+    query = [run([KILN, "query", "//..."], root, env) for _ in range(runs)]
+    row("baseline: kiln query //...", query, "")
+    noop = [run([KILN, "build", *GENRULES], root, env) for _ in range(runs)]
+    row("no-op kiln build //...", noop, "goal <= 400 ms")
+    beyond = []
+    leaf = root / f"p{PACKAGES - 1:03d}" / "src0.txt"
+    for i in range(runs):
+        leaf.write_text(f"edit {i}\n")
+        total = run([KILN, "build", f"--build_event_json_file={events}", *GENRULES], root, env)
+        ran = action_seconds(events, "executed")
+        assert len(ran) == 1, f"expected one action to run, got {len(ran)}"
+        beyond.append(total - ran[0])
+    row("one change: time beyond the action", beyond, "goal <= 300 ms")
+
+
+def gib_hit(root: Path, env: dict[str, str], tmp: Path, runs: int) -> None:
+    events = tmp / "events.json"
+    run([KILN, "build", "//big:gib"], root, env)
+    hits, copies = [], []
+    blob = root / "kiln-out/big/gib.bin"
+    for _ in range(runs):
+        copy_start = time.perf_counter()
+        shutil.copyfile(blob, tmp / "copy.bin")
+        copies.append(time.perf_counter() - copy_start)
+        (tmp / "copy.bin").unlink()
+        shutil.rmtree(root / "kiln-out/big")
+        run([KILN, "build", "//big:gib", f"--build_event_json_file={events}"], root, env)
+        hits.append(action_seconds(events, "cached")[0])
+    baseline = f"baseline cp: {statistics.median(copies) * 1000:.0f} ms"
+    row("1 GiB output: cache hit", hits, "goal <= 50 ms", baseline)
+
+
+def digest_speed(tmp: Path, env: dict[str, str]) -> None:
+    sys.path.insert(0, str(REPO / "tools"))
+    from kiln.cache.digest import digest_file
+
+    fresh = tmp / "fresh.bin"
+    with fresh.open("wb") as f:
+        for _ in range(GIB // (1 << 24)):
+            f.write(os.urandom(1 << 24))
+    rates, sums = [], []
+    for _ in range(3):
+        start = time.perf_counter()
+        digest_file(fresh)
+        rates.append(GIB / (time.perf_counter() - start) / 1e9)
+        sums.append(GIB / run(["sha256sum", str(fresh)], tmp, env) / 1e9)
+    print(
+        f"{'1 GiB digest (sha256)':<34} {statistics.median(rates):8.2f} GB/s "
+        f"goal >= 1 GB/s      baseline sha256sum: {statistics.median(sums):.2f} GB/s"
+    )
 
 
 if __name__ == "__main__":

@@ -155,6 +155,7 @@ def template_context(source: LoaderSource) -> dict[str, Any]:
         if len(dim.axes) > 1
     ]
     return {
+        "example_error": _example_error(inputs),
         "name": source.name,
         "label": source.label,
         "class_name": class_name(source.name),
@@ -168,6 +169,21 @@ def template_context(source: LoaderSource) -> dict[str, Any]:
         "max_rank": max((len(spec.shape) for spec in model.inputs), default=0),
         "shared_dims": shared,
     }
+
+
+def _example_error(inputs: list[dict[str, Any]]) -> str:
+    """The message of a bad input, for the header's comment: a dynamic dim past its max."""
+    for wanted in (True, False):
+        for spec in inputs:
+            for axis, dim in enumerate(spec["dims"]):
+                if bool(dim["dynamic"]) == wanted:
+                    where = f"input '{spec['name']}' dim {axis} is {dim['max'] + 1}"
+                    if wanted:
+                        return f"{where}, outside [{dim['min']}, {dim['max']}]"
+                    return f"{where}, expected {dim['max']}"
+    names = ", ".join(spec["name"] for spec in inputs)
+    count = len(inputs)
+    return f"expected {count} input{'s' if count != 1 else ''} ({names}), got {count + 1}"
 
 
 def class_name(target: str) -> str:

@@ -147,6 +147,7 @@ def test_declared_specs_and_ranges_are_baked_in() -> None:
         'DimSpec{"", 224, 224}}},'
     ) in header
     assert "std::vector<at::Tensor> operator()(const at::Tensor& image);" in header
+    assert """e.g. "ResnetPt2: input 'image' dim 0 is 17, outside [1, 16]".""" in header
     source = _render(RESNET, "resnet_pt2")["resnet_pt2.cpp"]
     assert '", outside ["' in source  # "input 'image' dim 0 is 40, outside [1, 16]"
     assert "std::invalid_argument" in source
