@@ -116,6 +116,11 @@ class RuleContext(Generic[A]):
         prefix = f"{GENERATED_ROOT}/{self.package}/" if self.package else f"{GENERATED_ROOT}/"
         return File(prefix + name, self.label)
 
+    def declare_directory(self, name: str) -> File:
+        """An output directory of this target, whose files the action decides."""
+        file = self.declare_file(name)
+        return File(file.path, self.label, directory=True)
+
     def default_info(self, files: Sequence[File], runfiles: Sequence[File] = ()) -> DefaultInfo:
         return DefaultInfo(tuple(files), tuple(runfiles))
 

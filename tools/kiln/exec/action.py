@@ -37,6 +37,9 @@ class File:
 
     path: str
     owner: str = field(default="", compare=False)  # the label that declared it
+    # A directory output (or an input that is one): its files are collected
+    # whole, whatever their number, as REAPI's output_directories.
+    directory: bool = field(default=False, compare=False)
 
     @property
     def is_source(self) -> bool:
@@ -106,7 +109,11 @@ class ActionKey:
 
 
 def compute_key(action: Action, input_digests: dict[str, Digest], function: str) -> ActionKey:
-    """The action's key, given the digest of every input file."""
+    """The action's key, given the digest of every input file.
+
+    `input_digests` names concrete files: a directory input contributes each
+    file under it.
+    """
     if action.content is not None:
         command: dict[str, Any] = {
             "write": digest_bytes(action.content, function).hash,
@@ -117,11 +124,12 @@ def compute_key(action: Action, input_digests: dict[str, Digest], function: str)
         command = {
             "arguments": list(action.argv),
             "environment_variables": [{"name": k, "value": v} for k, v in action.env],
-            "output_paths": [f.path for f in action.outputs],
+            "output_paths": [f.path for f in action.outputs if not f.directory],
+            "output_directories": [f.path for f in action.outputs if f.directory],
             "platform": {"properties": [{"name": k, "value": v} for k, v in action.platform]},
         }
     command_digest = digest_bytes(canonical_json(command), function)
-    files = [{"path": f.path, "digest": str(input_digests[f.path])} for f in action.inputs]
+    files = [{"path": path, "digest": str(input_digests[path])} for path in sorted(input_digests)]
     input_root_digest = digest_bytes(canonical_json({"files": files}), function)
     encoded = {
         "command_digest": str(command_digest),
@@ -133,6 +141,6 @@ def compute_key(action: Action, input_digests: dict[str, Digest], function: str)
         key=digest_bytes(canonical_json(encoded), function).hash,
         command_digest=command_digest.hash,
         input_root_digest=input_root_digest.hash,
-        inputs={f.path: input_digests[f.path].hash for f in action.inputs},
+        inputs={path: digest.hash for path, digest in input_digests.items()},
         platform=action.platform,
     )

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kiln.cache.cas import ContentStore
 from kiln.cache.digest import Digest
-from kiln.exec.action import Action
+from kiln.exec.action import GENERATED_ROOT, Action
 
 _counter = itertools.count()
 
@@ -33,23 +33,27 @@ class Execroots:
         if self.base.exists():
             shutil.rmtree(self.base, ignore_errors=True)
 
-    def create(self, action: Action, key: str, digests: dict[str, Digest]) -> Path:
+    def create(self, action: Action, key: str, inputs: dict[str, Digest]) -> Path:
+        """An execroot holding `inputs` (every concrete input file, by path)."""
         root = self.base / f"{os.getpid()}-{next(_counter)}-{key[:12]}"
         root.mkdir(parents=True)
         (root / ".tmp").mkdir()
         made: set[str] = set()
-        for file in action.inputs:
-            dest = root / file.path
+        for path, digest in inputs.items():
+            dest = root / path
             parent = str(dest.parent)
             if parent not in made:
                 os.makedirs(parent, exist_ok=True)
                 made.add(parent)
-            if file.is_source:
-                os.symlink(self.workspace_root / file.path, dest)
+            if path.startswith(GENERATED_ROOT + "/"):
+                self.cas.materialize(digest, dest)
             else:
-                self.cas.materialize(digests[file.path], dest)
+                os.symlink(self.workspace_root / path, dest)
         for file in action.outputs:
-            os.makedirs(root / os.path.dirname(file.path), exist_ok=True)
+            # Output directories exist before the action runs, as in Bazel.
+            os.makedirs(
+                root / (file.path if file.directory else os.path.dirname(file.path)), exist_ok=True
+            )
         return root
 
     @staticmethod

@@ -24,7 +24,7 @@ from kiln.cache.cas import ContentStore
 from kiln.cache.digest import Digest
 from kiln.cache.digest_cache import FileDigestCache
 from kiln.errors import KilnError
-from kiln.exec.action import Action, ActionKey, compute_key
+from kiln.exec.action import GENERATED_ROOT, Action, ActionKey, compute_key
 from kiln.exec.action_state import ActionState
 from kiln.exec.execroot import Execroots
 from kiln.exec.explain import ExplainLog
@@ -75,7 +75,10 @@ class Executor:
     output_digests: dict[str, Digest] = field(default_factory=dict)
     _pool: WorkerPool | None = None
     _pool_lock: threading.Lock = field(default_factory=threading.Lock)
-    _keys: dict[int, ActionKey] = field(default_factory=dict)
+    # Keys by id(action); the action is kept too, so its id is never reused meanwhile.
+    _keys: dict[int, tuple[Action, ActionKey]] = field(default_factory=dict)
+    # Directory outputs already built: directory path -> the file paths under it.
+    directory_files: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.execroots = Execroots(self.output_base / "execroot", self.workspace_root, self.cas)
@@ -91,6 +94,9 @@ class Executor:
             return None
         for out in outputs:
             self.output_digests[out.path] = out.digest
+        for directory in (f.path for f in action.outputs if f.directory):
+            prefix = directory + "/"
+            self.directory_files[directory] = [o.path for o in outputs if o.path.startswith(prefix)]
         return ActionOutcome(action, "cached", key.key, 0.0, "up-to-date")
 
     def execute(self, action: Action, lane: str) -> ActionOutcome:
@@ -107,7 +113,7 @@ class Executor:
                 return ActionOutcome(
                     action, "cached", key.key, time.monotonic() - start, "disk", lane
                 )
-        digests = {f.path: self._digest(f.path, f.is_source) for f in action.inputs}
+        digests = self._input_files(action)
         explanation = self.explain_log.why(action, key) if self.options.explain else ""
         if action.content is not None:
             outcome = self._write(action, key, lane)
@@ -130,12 +136,23 @@ class Executor:
     # -- pieces ---------------------------------------------------------------
 
     def _key(self, action: Action) -> ActionKey:
-        key = self._keys.get(id(action))
-        if key is None:
-            digests = {f.path: self._digest(f.path, f.is_source) for f in action.inputs}
-            key = compute_key(action, digests, self.options.digest_function)
-            self._keys[id(action)] = key
+        known = self._keys.get(id(action))
+        if known is not None:
+            return known[1]
+        key = compute_key(action, self._input_files(action), self.options.digest_function)
+        self._keys[id(action)] = (action, key)
         return key
+
+    def _input_files(self, action: Action) -> dict[str, Digest]:
+        """The digest of every concrete input file; a directory input gives its files."""
+        files: dict[str, Digest] = {}
+        for file in action.inputs:
+            if file.directory:
+                for path in self.directory_files[file.path]:
+                    files[path] = self.output_digests[path]
+            else:
+                files[file.path] = self._digest(file.path, file.is_source)
+        return files
 
     def _digest(self, path: str, is_source: bool) -> Digest:
         if not is_source:
@@ -161,9 +178,9 @@ class Executor:
         try:
             env = dict(action.env)
             env.setdefault("TMPDIR", str(root / ".tmp"))
-            before = _input_stats(root, action)
+            before = _input_stats(root, digests)
             run = self._spawn(action, env, root, stdout, stderr)
-            if _input_stats(root, action) != before:
+            if _input_stats(root, digests) != before:
                 self._forget_inputs(action, digests)
                 return ActionOutcome(
                     action,
@@ -187,7 +204,11 @@ class Executor:
                     lane=lane,
                     strategy=strategy,
                 )
-            missing = [f.path for f in action.outputs if not (root / f.path).is_file()]
+            missing = [
+                f.path
+                for f in action.outputs
+                if not ((root / f.path).is_dir() if f.directory else (root / f.path).is_file())
+            ]
             if missing:
                 return ActionOutcome(
                     action,
@@ -200,11 +221,10 @@ class Executor:
                     strategy=strategy,
                 )
             outputs = []
-            for file in action.outputs:
-                path = root / file.path
-                executable = os.access(path, os.X_OK)
-                digest = self.cas.put_file(path, executable=executable)
-                outputs.append(OutputFile(file.path, digest, executable))
+            for path in _output_files(root, action):
+                executable = os.access(root / path, os.X_OK)
+                digest = self.cas.put_file(root / path, executable=executable)
+                outputs.append(OutputFile(path, digest, executable))
             result = ActionResult(
                 output_files=tuple(outputs),
                 exit_code=0,
@@ -224,10 +244,11 @@ class Executor:
             self.execroots.remove(root)
 
     def _forget_inputs(self, action: Action, digests: dict[str, Digest]) -> None:
-        for file in action.inputs:
-            if not file.is_source:
+        del action
+        for path, digest in digests.items():
+            if path.startswith(GENERATED_ROOT + "/"):
                 with contextlib.suppress(OSError):
-                    os.unlink(self.cas.path(digests[file.path]))
+                    os.unlink(self.cas.path(digest))
 
     def _spawn(
         self, action: Action, env: dict[str, str], root: Path, stdout: Path, stderr: Path
@@ -265,6 +286,10 @@ class Executor:
 
     def _deliver(self, action: Action, key: ActionKey, result: ActionResult) -> None:
         """Record output digests for dependents and place outputs in kiln-out/."""
+        for directory in (f.path for f in action.outputs if f.directory):
+            inside = [o.path for o in result.output_files if o.path.startswith(directory + "/")]
+            self.directory_files[directory] = inside
+            _clear_stale(self.workspace_root / directory, {p[len(directory) + 1 :] for p in inside})
         for output in result.output_files:
             self.output_digests[output.path] = output.digest
             dest = self.workspace_root / output.path
@@ -287,17 +312,39 @@ class Executor:
             self._pool.kill_all()
 
 
-def _input_stats(root: Path, action: Action) -> list[tuple[int, int]]:
+def _output_files(root: Path, action: Action) -> list[str]:
+    """Every file the action declared: its output files, and all files in its directories."""
+    paths: list[str] = []
+    for file in action.outputs:
+        if not file.directory:
+            paths.append(file.path)
+            continue
+        for dirpath, _, names in os.walk(root / file.path):
+            rel = os.path.relpath(dirpath, root)
+            paths.extend(f"{rel}/{name}" for name in sorted(names))
+    return paths
+
+
+def _clear_stale(directory: Path, keep: set[str]) -> None:
+    """Remove files a previous build left in an output directory."""
+    for dirpath, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            if os.path.relpath(path, directory) not in keep:
+                os.unlink(path)
+
+
+def _input_stats(root: Path, inputs: dict[str, Digest]) -> list[tuple[int, int]]:
     """mtime and size of the generated inputs, which are hardlinks of CAS blobs.
 
     They are read-only, but not to root: an action that writes through one
     would corrupt the cache, so a change is caught and the blob dropped.
     """
     stats = []
-    for file in action.inputs:
-        if not file.is_source:
+    for path in inputs:
+        if path.startswith(GENERATED_ROOT + "/"):
             try:
-                st = os.stat(root / file.path)
+                st = os.stat(root / path)
                 stats.append((st.st_mtime_ns, st.st_size))
             except FileNotFoundError:
                 stats.append((-1, -1))
