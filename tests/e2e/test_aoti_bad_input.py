@@ -148,3 +148,11 @@ def test_error_text_is_short_and_names_the_target(tmp_path: Path) -> None:
     lines = [line for line in run.err.splitlines() if line.startswith(("ERROR", "kiln-action"))]
     assert lines[0].startswith("ERROR: models/BUILD:10:1: TorchExport //models:net_pt2 failed")
     assert textwrap.shorten(lines[1], 200).startswith("kiln-action-error: factory net:build")
+
+
+def test_cuda_package_on_a_machine_without_gpu(tmp_path: Path) -> None:
+    ws = workspace(tmp_path, package_attrs=', device = "cuda"')
+    run = ws.build("//models:net_pt2", "--gpus=0")
+    assert run.code == 1
+    assert "TorchExport //models:net_pt2 needs 1 GPU(s), but 0 are available" in run.err
+    assert "Traceback" not in run.err

@@ -206,3 +206,21 @@ def test_blake3_digests_keep_their_own_cache(ws: Workspace) -> None:
     assert ws.kiln("build", "//app:d", "--digest_function=blake3").executed == 1
     assert ws.kiln("build", "//app:d", "--digest_function=blake3").hits == 1
     assert ws.kiln("build", "//app:d").executed == 1  # sha256 keys: another cache
+
+
+def test_keep_going_builds_past_a_target_that_fails_analysis(ws: Workspace) -> None:
+    ws.write(
+        "app/BUILD",
+        """
+        genrule(name = "broken", outs = ["broken.out"], cmd = "echo $(NOPE) > $@")
+        genrule(name = "fine", outs = ["fine.out"], cmd = "echo fine > $@")
+        """,
+    )
+    stopped = ws.kiln("build", "//app:all")
+    assert stopped.code == 1 and not (ws.root / "kiln-out/app/fine.out").exists()
+    run = ws.kiln("build", "//app:all", "--keep_going")
+    assert run.code == 1
+    assert "//app:broken: $(NOPE) in cmd is not a known variable" in run.err
+    assert ws.out("app/fine.out") == "fine\n"
+    assert "1 targets failed before execution" in run.err
+

@@ -59,8 +59,8 @@ def run_build(session: Session, targets: list[str], options: BuildOptions) -> in
     phases[-1].end = time.monotonic()
     phases.append(_Phase("analysis", time.monotonic()))
 
-    analysis = _analyze(session, loader, graph, labels)
-    actions, producer = analysis.actions, analysis.producer
+    errors: list[KilnError] = []
+    analysis = _analyze(session, loader, graph, labels, errors, keep_going=options.keep_going)
     phases[-1].end = time.monotonic()
 
     limits = Limits(
@@ -70,23 +70,42 @@ def run_build(session: Session, targets: list[str], options: BuildOptions) -> in
         if options.local_ram_mb is None
         else options.local_ram_mb,
     )
-    _check_gpus(actions, limits, loader)
+    actions = _check_gpus(analysis.actions, limits, errors, keep_going=options.keep_going)
 
     phases.append(_Phase("execution", time.monotonic()))
+    producer = {f.path: a for a in actions for f in a.outputs}
     result, seconds = _execute(session, options, actions, producer, limits, loader, phases)
-    _summarize(session, analysis.requested, result, seconds)
-    if result.failed or result.skipped:
+    _summarize(session, analysis.requested, result, seconds, failed_early=bool(errors))
+    if result.failed or result.skipped or errors:
         raise BuildFailure(
             f"build did not complete successfully ({len(result.failed)} failed, "
-            f"{len(set(map(id, result.skipped)))} not run)"
+            f"{len(set(map(id, result.skipped)))} not run"
+            + (f", {len(errors)} targets failed before execution" if errors else "")
+            + ")"
         )
     return 0
 
 
+def _report(error: KilnError, errors: list[KilnError]) -> None:
+    """--keep_going: print the error now, remember it for the exit code, go on."""
+    click.echo(f"ERROR: {error.format()}", err=True)
+    errors.append(error)
+
+
 def _analyze(
-    session: Session, loader: PackageLoader, graph: TargetGraph, labels: list[str]
+    session: Session,
+    loader: PackageLoader,
+    graph: TargetGraph,
+    labels: list[str],
+    errors: list[KilnError],
+    *,
+    keep_going: bool,
 ) -> CachedAnalysis:
-    """The actions needed for `labels`, from the analysis cache when nothing changed."""
+    """The actions needed for `labels`, from the analysis cache when nothing changed.
+
+    With --keep_going a target whose analysis fails (a bad genrule, a toolchain
+    preflight) is reported and left out; the others still build.
+    """
     cache = AnalysisCache(session.output_base / "analysis-cache.pickle")
     cached = cache.load(loader, graph, labels)
     if cached is not None:
@@ -96,24 +115,49 @@ def _analyze(
     from kiln.rules import load_rule
 
     analyzer = Analyzer(graph, load_rule, loader.location_of, python=sys.executable)
-    action_graph = analyzer.analyze(labels)
-    requested = {label: action_graph.targets[label].files for label in labels}
+    analyzed: list[str] = []
+    for label in labels:
+        try:
+            analyzer.analyze([label])
+        except KilnError as error:
+            if not keep_going:
+                raise
+            _report(error, errors)
+        else:
+            analyzed.append(label)
+    action_graph = analyzer.analyze([])
+    requested = {label: action_graph.targets[label].files for label in analyzed}
     producer = action_graph.producer
     roots = [producer[f.path] for files in requested.values() for f in files if f.path in producer]
     analysis = CachedAnalysis(requested, needed_actions(list(dict.fromkeys(roots)), producer))
-    cache.store(loader, graph, labels, analysis)
+    if not errors:
+        cache.store(loader, graph, labels, analysis)
     return analysis
 
 
-def _check_gpus(actions: list[Action], limits: Limits, loader: PackageLoader) -> None:
-    for action in actions:
+def _check_gpus(
+    actions: list[Action], limits: Limits, errors: list[KilnError], *, keep_going: bool
+) -> list[Action]:
+    """The actions this machine can run; those needing more GPUs than it has fail here."""
+    runnable: list[Action] = []
+    blocked: set[str] = set()  # outputs that will not exist
+    for action in actions:  # dependencies come first
         if action.resources.gpu > limits.gpus:
-            raise KilnError(
+            error = KilnError(
                 f"{action.describe()} needs {action.resources.gpu} GPU(s), "
                 f"but {limits.gpus} are available",
                 label=action.owner,
                 hint="build on a machine with a CUDA GPU, or pass --gpus=N if detection is wrong",
             )
+            if not keep_going:
+                raise error
+            _report(error, errors)
+            blocked.update(f.path for f in action.outputs)
+        elif any(f.path in blocked for f in action.inputs):
+            blocked.update(f.path for f in action.outputs)
+        else:
+            runnable.append(action)
+    return runnable
 
 
 def _execute(
@@ -226,7 +270,12 @@ class _FanOut(Reporter):
 
 
 def _summarize(
-    session: Session, requested: dict[str, tuple[File, ...]], result: ScheduleResult, seconds: float
+    session: Session,
+    requested: dict[str, tuple[File, ...]],
+    result: ScheduleResult,
+    seconds: float,
+    *,
+    failed_early: bool = False,
 ) -> None:
     outcomes = result.outcomes
     hits = sum(1 for o in outcomes if o.status == "cached")
@@ -244,7 +293,7 @@ def _summarize(
         + (f" ({detail})" if detail else "")
         + (f", {len(result.failed)} failed" if result.failed else "")
     )
-    if result.failed or result.skipped:
+    if result.failed or result.skipped or failed_early:
         return
     root = session.workspace.root
     labels = list(requested)
