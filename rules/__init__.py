@@ -18,7 +18,10 @@ CATALOGUE: dict[str, str] = {
     "filegroup": "filegroup",
     "genrule": "genrule",
     "torch_model": "torch_model",
+    "model_weights": "model_weights",
     "aoti_package": "aoti_package",
+    "trt_engine": "trt_engine",
+    "trt_windows_engine": "trt_windows_engine",
 }
 
 

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,22 @@ def cpu_target_env(cpu_target: str) -> dict[str, str]:
     return {"TORCHINDUCTOR_CPP_MARCH": cpu_target, "ATEN_CPU_CAPABILITY": capability}
 
 
+# Shared by every packaging action, at a fixed path: inductor writes precompiled
+# headers under $TMPDIR and names that path in the generated sources, and
+# computes it once, when torch._inductor.codecache is imported. A per-action
+# $TMPDIR (the execroot's) would make every package's bytes differ.
+SHARED_TMP = Path("/tmp/kiln-torch-tmp")
+
+
+def _pin_temp_dirs() -> None:
+    SHARED_TMP.mkdir(parents=True, exist_ok=True)
+    os.environ["TMPDIR"] = str(SHARED_TMP)
+    tempfile.tempdir = None
+    from torch._inductor import codecache
+
+    codecache._HEADER_DIR = str(SHARED_TMP / "precompiled_headers")
+
+
 def main(spec: dict[str, Any]) -> None:
     output = Path(spec["output"]).resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -66,6 +83,7 @@ def main(spec: dict[str, Any]) -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
         os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
         os.environ.update(cpu_target_env(spec["cpu_target"]))
+        _pin_temp_dirs()
         import torch
 
         program = torch.export.load(spec["program"])

@@ -43,7 +43,7 @@ def build_model(model: dict[str, Any]) -> torch.nn.Module:
         )
     # Models without weights are initialized randomly: seed it, so export and
     # validation (separate processes) build the very same model.
-    torch.manual_seed(0)
+    torch.manual_seed(model.get("seed", 0))
     try:
         built = factory(**model.get("factory_kwargs", {}))
     except Exception as error:

@@ -1,0 +1,72 @@
+"""model_weights: deterministic initial weights for a model, as a build step.
+
+    model_weights(
+        name = "resnet_weights",
+        src = "resnet.py",
+        factory = "resnet:build",
+        seed = 0,
+        out = "resnet18.safetensors",
+    )
+
+Builds the module with torch's generator seeded, and saves its state dict
+as safetensors: the same bytes on every machine, so a model whose weights
+are not worth checking in still has real, strictly-matched weights.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import Field
+
+from kiln.analysis import LabelAttr, LabelListAttr, OutputAttr, Rule, RuleAttrs
+from kiln.analysis.context import RuleContext
+from kiln.analysis.providers import DefaultInfo
+from kiln.exec.action import Resources
+from kiln.exec.toolchain import python_toolchain
+from kiln.rules.aoti_package import PYTHON_ENV
+
+
+class ModelWeightsAttrs(RuleAttrs):
+    src: LabelAttr
+    deps: LabelListAttr = Field(default_factory=list)
+    factory: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
+    factory_kwargs: dict[str, int | float | str | bool] = Field(default_factory=dict)
+    seed: int = 0
+    out: OutputAttr = Field(pattern=r"\.(safetensors|pt)$")
+
+
+def implementation(ctx: RuleContext[ModelWeightsAttrs]) -> list[object]:
+    attrs = ctx.attrs
+    sources = ctx.files([attrs.src, *attrs.deps])
+    weights = ctx.declare_file(attrs.out)
+    spec = ctx.declare_file(f"{ctx.name}.weights.json")
+    model: dict[str, Any] = {
+        "src": ctx.files(attrs.src)[0].path,
+        "factory": attrs.factory,
+        "factory_kwargs": dict(attrs.factory_kwargs),
+        "weights": None,
+        "seed": attrs.seed,
+    }
+    ctx.actions.write(spec, json.dumps({"model": model, "output": weights.path}, indent=2))
+    ctx.actions.run(
+        mnemonic="ModelWeights",
+        argv=[ctx.python, "-m", "kiln.actions.init_weights", spec.path],
+        inputs=[spec, *sources],
+        outputs=[weights],
+        env=PYTHON_ENV,
+        platform=python_toolchain("torch", "safetensors"),
+        resources=Resources(cpu=1, memory_mb=2000),
+        supports_workers=True,
+        progress_message=f"ModelWeights {ctx.label}",
+    )
+    return [DefaultInfo((weights,))]
+
+
+RULE = Rule(
+    name="model_weights",
+    attrs=ModelWeightsAttrs,
+    doc="Seeded initial weights of a model, saved as safetensors (or a torch state dict).",
+    impl=implementation,
+)

@@ -1,0 +1,459 @@
+"""TrtEngine: a TensorRT engine of a model, for Linux or cross-compiled for Windows.
+
+    program = torch.export.export(model, examples, dynamic_shapes=...)     (on the GPU)
+    linux:   trt_gm = torch_tensorrt.dynamo.compile(program, arg_inputs=[Input(min, opt, max)],
+                                                    **settings)
+             torch_tensorrt.save(trt_gm, "<name>.ep", arg_inputs=examples)
+    windows: trt_gm = torch_tensorrt.dynamo.cross_compile_for_windows(program,
+                                                    arg_inputs=[Input(min, opt, max)], **settings)
+             torch_tensorrt.save(trt_gm, "<name>.ep", arg_inputs=examples)      (documented)
+             or, if that fails ("Engine has not been setup yet", pytorch/TensorRT#3100),
+             torch_tensorrt.dynamo.save_cross_compiled_exported_program(trt_gm, "<name>.ep")
+
+then the serialized engine of every TensorRT submodule (`_run_on_acc_N`) goes to
+<name>.engines/ and a manifest to <name>.manifest.json (see build_manifest).
+
+Settings are passed only when the installed torch_tensorrt names them (2.13
+removed some); the manifest lists the ones left out. cross_compile_for_windows
+forces use_python_runtime, lazy_engine_init, cache_built_engines and
+reuse_cached_engines off: they are recorded, never passed. On Linux engine
+caching is passed off (its keys leave out weights, TensorRT version and GPU).
+Each action gets its own timing cache under its TMPDIR (the default is one
+shared file under /tmp).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import operator
+import os
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from kiln.actions import spec as action_spec
+from kiln.actions.spec import ActionFailure
+
+FORMAT = 1
+COMPILE = "torch_tensorrt.dynamo.compile"
+CROSS_COMPILE = "torch_tensorrt.dynamo.cross_compile_for_windows"
+DOCUMENTED_SAVE = "torch_tensorrt.save"
+CODED_SAVE = "torch_tensorrt.dynamo.save_cross_compiled_exported_program"
+# What cross_compile_for_windows forces off (and the Windows runtime lacks).
+FORCED_OFF = {
+    "use_python_runtime": False,
+    "lazy_engine_init": False,
+    "cache_built_engines": False,
+    "reuse_cached_engines": False,
+}
+LINUX_OFF = {"cache_built_engines": False, "reuse_cached_engines": False}
+TRT_SUBMODULE_PREFIX = "_run_on_acc"
+
+
+def main(spec: dict[str, Any]) -> None:
+    import torch
+
+    try:
+        import torch_tensorrt
+    except Exception as error:  # ImportError, or TensorRT's libraries failing to load
+        raise ActionFailure(
+            f"torch_tensorrt is not importable in the action's interpreter ({sys.executable}): "
+            f"{_brief(error)}"
+        ) from error
+
+    from kiln.actions.model_loading import DTYPES, example_inputs
+    from kiln.actions.torch_export import export
+
+    windows = spec["target_platform"] == "windows_x86_64"
+    flavour = _flavour(torch_tensorrt)
+    if windows and not getattr(torch_tensorrt.ENABLED_FEATURES, "windows_cross_compile", False):
+        raise ActionFailure(
+            "torch_tensorrt.ENABLED_FEATURES.windows_cross_compile is False on this machine "
+            f"({'TensorRT-RTX' if flavour == 'rtx' else 'TensorRT'} {_tensorrt_version()}): "
+            "its TensorRT has no Windows builder resource; cross-compile with the standard "
+            "TensorRT on Linux x86-64 (the TensorRT-RTX flavour cannot)"
+        )
+
+    program = export(spec)
+    inputs = [
+        torch_tensorrt.Input(
+            min_shape=r["min"], opt_shape=r["opt"], max_shape=r["max"], dtype=DTYPES[r["dtype"]]
+        )
+        for r in spec["ranges"]
+    ]
+    scratch = Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / "kiln-trt"
+    scratch.mkdir(parents=True, exist_ok=True)
+    wanted = {k: v for k, v in spec["settings"].items() if k not in FORCED_OFF}
+    wanted["timing_cache_path"] = str(scratch / "timing.cache")
+    if windows:
+        api, compile_fn = CROSS_COMPILE, torch_tensorrt.dynamo.cross_compile_for_windows
+    else:
+        api, compile_fn = COMPILE, torch_tensorrt.dynamo.compile
+        wanted.update(LINUX_OFF)
+    passed, dropped = accepted_settings(compile_fn, wanted)
+    try:
+        trt_gm = compile_fn(program, arg_inputs=inputs, **passed)
+    except Exception as error:
+        raise ActionFailure(f"{api} failed: {_brief(error)}") from error
+
+    device = torch.device(spec.get("device", "cuda"))
+    examples = [t.to(device) for t in example_inputs(spec["inputs"])]
+    saved = save_program(torch_tensorrt, trt_gm, Path(spec["program"]), examples, windows=windows)
+
+    engines = find_engines(trt_gm)
+    files = write_engines(engines, Path(spec["engines"]), spec["name"])
+    manifest = build_manifest(
+        spec,
+        program=program,
+        trt_gm=trt_gm,
+        engines=engines,
+        engine_files=files,
+        saved=saved,
+        settings={k: v for k, v in passed.items() if k != "timing_cache_path"},
+        dropped=dropped,
+        toolchain={
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "torch_tensorrt": getattr(torch_tensorrt, "__version__", None),
+            "flavour": flavour,
+            "tensorrt": _tensorrt_version(),
+            "torch_tensorrt_abi": _abi_version(torch),
+        },
+        build_gpu=_build_gpu(torch, spec),
+    )
+    path = Path(spec["manifest"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def accepted_settings(fn: Any, wanted: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """(the settings `fn` names as parameters, the names of those it does not)."""
+    params = inspect.signature(fn).parameters
+    named = {
+        name
+        for name, p in params.items()
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    passed = {k: v for k, v in wanted.items() if k in named}
+    return passed, sorted(k for k in wanted if k not in named)
+
+
+def save_program(
+    torch_tensorrt: Any, trt_gm: Any, path: Path, examples: list[Any], *, windows: bool
+) -> dict[str, Any]:
+    """Save the compiled program; what was used, and how to load it on the target."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    name = path.name
+    documented_error = None
+    try:
+        torch_tensorrt.save(trt_gm, str(path), arg_inputs=examples)
+    except Exception as error:
+        if not windows:
+            raise ActionFailure(f"{DOCUMENTED_SAVE} failed: {_brief(error)}") from error
+        documented_error = _brief(error)
+        path.unlink(missing_ok=True)  # whatever the failed save left
+    else:
+        return {
+            "file": name,
+            "saved_with": DOCUMENTED_SAVE,
+            "load": f'torch_tensorrt.load("{name}").module()',
+            "load_on": "Windows x86-64" if windows else "Linux x86-64",
+        }
+    try:
+        torch_tensorrt.dynamo.save_cross_compiled_exported_program(trt_gm, str(path))
+    except Exception as error:
+        raise ActionFailure(
+            f"saving the cross-compiled program failed both ways: {DOCUMENTED_SAVE}: "
+            f"{documented_error}; {CODED_SAVE}: {_brief(error)}"
+        ) from error
+    return {
+        "file": name,
+        "saved_with": CODED_SAVE,
+        "documented_save_error": documented_error,
+        "load": f'torch_tensorrt.load_cross_compiled_exported_program("{name}").module()',
+        "load_on": "Windows x86-64",
+    }
+
+
+def find_engines(trt_gm: Any) -> list[tuple[str, Any]]:
+    """The TensorRT submodules (name, module), in the order the graph calls them."""
+    children = dict(trt_gm.named_children())
+
+    def is_trt(name: str) -> bool:
+        module = children.get(name)
+        return hasattr(module, "serialized_engine") or name.startswith(TRT_SUBMODULE_PREFIX)
+
+    called = [n.target for n in trt_gm.graph.nodes if n.op == "call_module"]
+    order = list(dict.fromkeys([*called, *children]))
+    return [(name, children[name]) for name in order if name in children and is_trt(name)]
+
+
+def engine_bytes(name: str, module: Any) -> bytes:
+    data = getattr(module, "serialized_engine", None)
+    if isinstance(data, str):
+        data = data.encode("latin-1")
+    if not data:
+        raise ActionFailure(f"the TensorRT submodule {name} holds no serialized engine")
+    return bytes(data)
+
+
+def engine_file_names(name: str, count: int) -> list[str]:
+    """<name>.engine for one engine; <name>_0.engine, <name>_1.engine, ... for several."""
+    if count == 1:
+        return [f"{name}.engine"]
+    return [f"{name}_{i}.engine" for i in range(count)]
+
+
+def write_engines(engines: list[tuple[str, Any]], folder: Path, name: str) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    files = engine_file_names(name, len(engines))
+    for (submodule, module), file in zip(engines, files, strict=True):
+        (folder / file).write_bytes(engine_bytes(submodule, module))
+    return files
+
+
+def fallback_ops(trt_gm: Any, engine_names: set[str]) -> list[str]:
+    """The PyTorch ops left outside TensorRT: tensor-producing calls in the top graph
+    (not getitem, not shape arithmetic) and the ops of non-TensorRT submodules."""
+    ops: list[str] = []
+    for node in trt_gm.graph.nodes:
+        if node.op == "call_function" and _computes_tensor(node):
+            ops.append(op_name(node.target))
+        elif node.op == "call_method":
+            ops.append(f"Tensor.{node.target}")
+        elif node.op == "call_module" and node.target not in engine_names:
+            sub = trt_gm.get_submodule(node.target)
+            graph = getattr(sub, "graph", None)
+            if graph is None:
+                ops.append(f"module {node.target} ({type(sub).__name__})")
+                continue
+            inner = [n for n in graph.nodes if n.op in ("call_function", "call_method")]
+            ops.extend(op_name(n.target) for n in inner if _computes_tensor(n))
+    return ops
+
+
+def _computes_tensor(node: Any) -> bool:
+    if node.target is operator.getitem:
+        return False
+    val = node.meta.get("val")
+    if val is None:
+        return True
+    import torch
+
+    items = val if isinstance(val, (tuple, list)) else [val]
+    return any(isinstance(v, torch.Tensor) for v in items)
+
+
+def op_name(target: Any) -> str:
+    if isinstance(target, str):
+        return target
+    if hasattr(target, "_schema"):  # an OpOverload: aten.relu.default
+        return str(target)
+    module = getattr(target, "__module__", None) or ""
+    qualname = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(target))
+    return f"{module}.{qualname}" if module else str(qualname)
+
+
+def program_io(program: Any, ranges: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
+    """({placeholder name: range} of the user inputs, [spec of each user output]).
+
+    An output's min/opt/max come from its symbolic shape, evaluated at the inputs'
+    min/opt/max (None for a dimension that does not follow from them).
+    """
+    import torch
+
+    signature = program.graph_signature
+    nodes = {n.name: n for n in program.graph.nodes}
+    inputs = {}
+    symbols: dict[Any, tuple[int, int, int]] = {}
+    for name, item in zip(signature.user_inputs, ranges, strict=False):
+        inputs[name] = item
+        val = nodes[name].meta.get("val") if name in nodes else None
+        for axis, size in enumerate(getattr(val, "shape", ())):
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                symbols[size.node.expr] = (item["min"][axis], item["opt"][axis], item["max"][axis])
+    output = next(n for n in program.graph.nodes if n.op == "output")
+    user = set(signature.user_outputs)
+    results = output.args[0] if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
+    outputs = [
+        tensor_spec(getattr(r, "meta", {}).get("val"), symbols)
+        for r in results
+        if getattr(r, "name", None) in user
+    ]
+    return inputs, outputs
+
+
+def tensor_spec(val: Any, symbols: dict[Any, tuple[int, int, int]]) -> dict[str, Any] | None:
+    """dtype and min/opt/max of a traced value (a FakeTensor), or None if it is not one."""
+    import torch
+
+    from kiln.actions.model_loading import DTYPES
+
+    if not isinstance(val, torch.Tensor):
+        return None
+    names = {v: k for k, v in DTYPES.items()}
+    shapes: list[list[int | None]] = [[], [], []]
+    for size in val.shape:
+        for which in range(3):
+            shapes[which].append(_evaluate(size, symbols, which))
+    return {
+        "dtype": names.get(val.dtype, str(val.dtype).removeprefix("torch.")),
+        "min": shapes[0],
+        "opt": shapes[1],
+        "max": shapes[2],
+    }
+
+
+def _evaluate(size: Any, symbols: dict[Any, tuple[int, int, int]], which: int) -> int | None:
+    if isinstance(size, int):
+        return size
+    expr = size.node.expr.subs({s: v[which] for s, v in symbols.items()})
+    return int(expr) if expr.is_Integer else None
+
+
+def build_manifest(
+    spec: dict[str, Any],
+    *,
+    program: Any,
+    trt_gm: Any,
+    engines: list[tuple[str, Any]],
+    engine_files: list[str],
+    saved: dict[str, Any],
+    settings: dict[str, Any],
+    dropped: list[str],
+    toolchain: dict[str, Any],
+    build_gpu: dict[str, Any],
+) -> dict[str, Any]:
+    """What a deployment needs to know about the engines, as one JSON document."""
+    windows = spec["target_platform"] == "windows_x86_64"
+    inputs, outputs = program_io(program, spec["ranges"])
+    names = {name for name, _ in engines}
+    fallback = fallback_ops(trt_gm, names)
+    folder = Path(spec["engines"]).name
+    records = []
+    for (submodule, module), file in zip(engines, engine_files, strict=True):
+        data = engine_bytes(submodule, module)
+        records.append(
+            {
+                "file": f"{folder}/{file}",
+                "submodule": submodule,
+                "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "inputs": _bindings(module, "input_binding_names", inputs),
+                "outputs": _output_bindings(module, outputs, whole=len(engines) == 1),
+            }
+        )
+    problems = []
+    if len(engines) != 1:
+        problems.append(f"{len(engines)} TensorRT engines (a raw-engine deployment needs one)")
+    if fallback:
+        counted = Counter(fallback)
+        listed = ", ".join(f"{op} x{n}" if n > 1 else op for op, n in sorted(counted.items()))
+        problems.append(f"{len(fallback)} PyTorch fallback ops remain ({listed})")
+    cc = build_gpu.get("compute_capability")
+    trt = f"{'TensorRT-RTX' if toolchain.get('flavour') == 'rtx' else 'TensorRT'} "
+    trt += str(toolchain.get("tensorrt"))
+    return {
+        "format": FORMAT,
+        "label": spec["label"],
+        "name": spec["name"],
+        "model": spec["model_label"],
+        "platform": spec["target_platform"],
+        "compile_api": CROSS_COMPILE if windows else COMPILE,
+        "program": saved,
+        "engines": records,
+        "inputs": spec["ranges"],
+        "fallback_ops": dict(sorted(Counter(fallback).items())),
+        "fallback_op_count": len(fallback),
+        "raw_engine": {"deployable": not problems, "problems": problems},
+        "toolchain": toolchain,
+        "build_gpu": build_gpu,
+        "compatibility": {
+            "hardware_compatible": bool(settings.get("hardware_compatible", False)),
+            "version_compatible": bool(settings.get("version_compatible", False)),
+            "gpus": (
+                "compute capability 8.0 (Ampere) and newer"
+                if settings.get("hardware_compatible")
+                else f"compute capability {cc} (the build GPU's; Torch-TensorRT checks it at load)"
+            ),
+            "tensorrt": (
+                f"{trt} or newer within its major version"
+                if settings.get("version_compatible")
+                else f"{trt} exactly"
+            ),
+        },
+        "settings": settings,
+        "settings_not_accepted": dropped,
+        "forced_off": dict(FORCED_OFF) if windows else {},
+        "timing_cache": "private to the action (under its TMPDIR)",
+    }
+
+
+def _bindings(module: Any, attr: str, inputs: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for name in list(getattr(module, attr, None) or []):
+        item = inputs.get(name)
+        out.append(
+            {
+                "name": name,
+                "dtype": item["dtype"] if item else None,
+                "min": item["min"] if item else None,
+                "opt": item["opt"] if item else None,
+                "max": item["max"] if item else None,
+            }
+        )
+    return out
+
+
+def _output_bindings(module: Any, outputs: list[Any], *, whole: bool) -> list[dict[str, Any]]:
+    names = list(getattr(module, "output_binding_names", None) or [])
+    # One engine computing the whole program: its outputs are the program's, in order.
+    known = outputs if whole and len(outputs) == len(names) else [None] * len(names)
+    return [
+        {
+            "name": name,
+            "dtype": item["dtype"] if item else None,
+            "min": item["min"] if item else None,
+            "opt": item["opt"] if item else None,
+            "max": item["max"] if item else None,
+        }
+        for name, item in zip(names, known, strict=True)
+    ]
+
+
+def _flavour(torch_tensorrt: Any) -> str:
+    rtx = getattr(getattr(torch_tensorrt, "ENABLED_FEATURES", None), "tensorrt_rtx", False)
+    return "rtx" if rtx else "standard"
+
+
+def _tensorrt_version() -> str | None:
+    module = sys.modules.get("tensorrt")  # torch_tensorrt puts its proxy (or tensorrt_rtx) here
+    version = getattr(module, "__version__", None)
+    return str(version) if version is not None else None
+
+
+def _abi_version(torch: Any) -> str | None:
+    try:
+        return str(torch.ops.tensorrt.ABI_VERSION())
+    except Exception:
+        return None
+
+
+def _build_gpu(torch: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        return {"name": props.name, "compute_capability": f"{props.major}.{props.minor}"}
+    return dict(spec["build_gpu"])
+
+
+def _brief(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text[:2000]}" if text else type(error).__name__
+
+
+if __name__ == "__main__":
+    action_spec.run(main, sys.argv[1:])
