@@ -18,14 +18,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import Field
-
 from kiln.analysis import LabelAttr, LabelListAttr, OutputAttr, Rule, RuleAttrs
 from kiln.analysis.context import RuleContext
 from kiln.analysis.providers import DefaultInfo
 from kiln.exec.action import Resources
 from kiln.exec.toolchain import python_toolchain
 from kiln.rules.aoti_package import PYTHON_ENV
+from pydantic import Field
 
 
 class ModelWeightsAttrs(RuleAttrs):

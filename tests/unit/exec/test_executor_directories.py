@@ -1,10 +1,11 @@
-"""Directory outputs: collected whole, cached, consumed by later actions, delivered without stale files."""
+"""Directory outputs: collected whole, cached, used by later actions, no stale files."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from kiln.exec.action import Action, File
+
 from tests.unit.exec.test_executor_strategies import _executor
 
 PRODUCE = (
