@@ -34,6 +34,9 @@ PYTHON_ENV = {
 }
 
 
+TRT_DISTRIBUTIONS = ("torch_tensorrt", "torch_tensorrt_rtx")
+
+
 class AotiPackageAttrs(RuleAttrs):
     model: LabelAttr
     device: Literal["cpu", "cuda"] = "cpu"
@@ -61,14 +64,16 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
         raise ctx.error(f"attribute 'model' must name a torch_model target, not {attrs.model}")
     if attrs.backend == "tensorrt" and attrs.device != "cuda":
         raise ctx.error("backend = 'tensorrt' needs device = 'cuda'")
-    if attrs.backend == "tensorrt" and package_version("torch_tensorrt") is None:
+    # The standard and the TensorRT-RTX flavours install under different names.
+    flavour = next((d for d in TRT_DISTRIBUTIONS if package_version(d)), None)
+    if attrs.backend == "tensorrt" and flavour is None:
         raise ctx.error(
             "backend = 'tensorrt' needs torch_tensorrt, which is not installed",
             hint="install kiln's 'trt' extra (torch-tensorrt==2.13.0) on a machine with "
             "TensorRT and a CUDA GPU, or use backend = 'inductor'",
         )
     gpu = 1 if attrs.device == "cuda" else 0
-    trt = ("torch_tensorrt",) if attrs.backend == "tensorrt" else ()
+    trt = (flavour,) if attrs.backend == "tensorrt" and flavour else ()
     platform = python_toolchain("torch", *trt)
     platform["device"] = attrs.device
     if gpu:

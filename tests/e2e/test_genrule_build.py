@@ -224,3 +224,11 @@ def test_keep_going_builds_past_a_target_that_fails_analysis(ws: Workspace) -> N
     assert ws.out("app/fine.out") == "fine\n"
     assert "1 targets failed before execution" in run.err
 
+
+def test_action_env_reaches_the_action_and_its_key(ws: Workspace) -> None:
+    ws.write("app/BUILD", 'genrule(name = "x", outs = ["x.out"], cmd = "echo $$GREETING > $@")\n')
+    assert ws.kiln("build", "//app:x", "--action_env=GREETING=hello").code == 0
+    assert ws.out("app/x.out") == "hello\n"
+    changed = ws.kiln("build", "//app:x", "--action_env=GREETING=bye")
+    assert changed.executed == 1
+    assert ws.out("app/x.out") == "bye\n"

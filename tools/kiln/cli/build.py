@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass
@@ -11,7 +12,13 @@ from typing import Any
 import click
 
 from kiln.analysis.analysis_cache import AnalysisCache, CachedAnalysis
-from kiln.cli.build_options import BuildOptions, build_options, parse_size
+from kiln.cli.build_options import (
+    BuildOptions,
+    build_options,
+    parse_action_env,
+    parse_size,
+    remote_cache_client,
+)
 from kiln.cli.session import Session, cache_home
 from kiln.errors import BuildFailure, KilnError
 from kiln.exec import host
@@ -70,7 +77,8 @@ def run_build(session: Session, targets: list[str], options: BuildOptions) -> in
         if options.local_ram_mb is None
         else options.local_ram_mb,
     )
-    actions = _check_gpus(analysis.actions, limits, errors, keep_going=options.keep_going)
+    actions = _with_env(analysis.actions, parse_action_env(options.action_env))
+    actions = _check_gpus(actions, limits, errors, keep_going=options.keep_going)
 
     phases.append(_Phase("execution", time.monotonic()))
     producer = {f.path: a for a in actions for f in a.outputs}
@@ -84,6 +92,16 @@ def run_build(session: Session, targets: list[str], options: BuildOptions) -> in
             + ")"
         )
     return 0
+
+
+def _with_env(actions: list[Action], extra: dict[str, str]) -> list[Action]:
+    """--action_env: the variables join every command's environment, and its key."""
+    if not extra:
+        return actions
+    return [
+        a if a.content is not None else dataclasses.replace(a, env=(*a.env, *extra.items()))
+        for a in actions
+    ]
 
 
 def _report(error: KilnError, errors: list[KilnError]) -> None:
@@ -183,6 +201,7 @@ def _execute(
     if options.digest_function != "sha256":
         # Blobs and keys of another digest function live apart: names never mix.
         disk_cache = disk_cache / options.digest_function
+    remote = remote_cache_client(options)  # None without --remote_cache
     executor = Executor(
         workspace_root=session.workspace.root,
         output_base=session.output_base,
@@ -210,6 +229,17 @@ def _execute(
         return str(loader.location_of(target))
 
     status = StatusPrinter(len(actions), locate, explain=options.explain)
+    if remote is not None:
+        from kiln.exec.remote_spawn_cache import RemoteSpawnCache
+
+        executor.remote = RemoteSpawnCache(
+            remote,
+            executor.cas,
+            executor.action_cache,
+            accept_cached=options.remote_accept_cached,
+            upload_local_results=options.remote_upload_local_results,
+            warn=lambda message: status.print(f"WARNING: {message}"),
+        )
     reporters: list[Any] = [status]
     events = (
         BuildEventWriter(options.build_event_json_file) if options.build_event_json_file else None
@@ -288,9 +318,14 @@ def _summarize(
     def echo(text: str) -> None:
         click.echo(text, err=True)
 
+    remote_hits = sum(1 for o in outcomes if o.remote == "hit")
+    remote_misses = sum(1 for o in outcomes if o.remote == "miss")
     echo(
-        f"INFO: {len(outcomes)} actions: {hits} cache hits, {len(executed)} executed"
+        f"INFO: {len(outcomes)} actions: {hits} cache hits"
+        + (f" ({hits - remote_hits} disk, {remote_hits} remote)" if remote_hits else "")
+        + f", {len(executed)} executed"
         + (f" ({detail})" if detail else "")
+        + (f", {remote_misses} remote cache misses" if remote_hits or remote_misses else "")
         + (f", {len(result.failed)} failed" if result.failed else "")
     )
     if result.failed or result.skipped or failed_early:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from kiln.errors import KilnError
+
+if TYPE_CHECKING:
+    from kiln.cache.remote import RemoteCache
 
 _SIZE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
@@ -23,6 +27,27 @@ def parse_size(text: str) -> int:
         return int(float(number) * _SIZE_UNITS[unit])
     except ValueError:
         raise KilnError(f"invalid size '{text}'", hint="write e.g. 10G, 512M or 1000000") from None
+
+
+def remote_cache_client(options: BuildOptions) -> RemoteCache | None:
+    """The --remote_cache client the --remote_* flags describe; KilnError on a bad flag."""
+    if not options.remote_cache:
+        return None
+    from kiln.cache.remote import RemoteCache, parse_header
+
+    try:
+        headers = [parse_header(text) for text in options.remote_header]
+        return RemoteCache(
+            options.remote_cache,
+            headers=headers,
+            timeout=options.remote_timeout,
+            instance_name=options.remote_instance_name,
+        )
+    except ValueError as e:
+        raise KilnError(
+            f"invalid --remote_* option: {e}",
+            hint="--remote_cache=http(s)://host:port[/prefix] --remote_header=Name=Value",
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -42,6 +67,28 @@ class BuildOptions:
     profile: Path | None
     lock_wait: bool
     verbose_failures: bool
+    action_env: tuple[str, ...]
+    remote_cache: str | None = None
+    remote_upload_local_results: bool = True
+    remote_accept_cached: bool = True
+    remote_header: tuple[str, ...] = ()
+    remote_timeout: float = 60.0
+    remote_instance_name: str = ""
+
+
+def parse_action_env(items: tuple[str, ...]) -> dict[str, str]:
+    """--action_env values as Bazel reads them: NAME=VALUE, or NAME from the client env."""
+    env: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not name or not name.replace("_", "").isalnum():
+            raise KilnError(f"invalid --action_env '{item}'", hint="write NAME=VALUE or NAME")
+        if not sep:
+            if name not in os.environ:
+                continue  # as Bazel: an unset variable is left out
+            value = os.environ[name]
+        env[name] = value
+    return env
 
 
 def build_options(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -132,6 +179,48 @@ def build_options(function: Callable[..., Any]) -> Callable[..., Any]:
             help="Wait for another command holding the workspace lock",
         ),
         click.option("--verbose_failures", is_flag=True, help="Show more detail on errors"),
+        click.option(
+            "--action_env",
+            multiple=True,
+            help="NAME=VALUE (or NAME, taken from kiln's environment) added to every "
+            "action's environment, and so to its key; repeatable",
+        ),
+        click.option(
+            "--remote_cache",
+            default=None,
+            metavar="URL",
+            help="A Bazel HTTP cache: http(s)://host:port[/prefix] (nginx WebDAV, bazel-remote)",
+        ),
+        click.option(
+            "--remote_upload_local_results/--noremote_upload_local_results",
+            default=True,
+            show_default=True,
+            help="Upload the results of actions run here to the remote cache",
+        ),
+        click.option(
+            "--remote_accept_cached/--noremote_accept_cached",
+            default=True,
+            show_default=True,
+            help="Use results found in the remote cache",
+        ),
+        click.option(
+            "--remote_header",
+            multiple=True,
+            metavar="NAME=VALUE",
+            help="A header sent with every remote cache request (repeatable; e.g. for auth)",
+        ),
+        click.option(
+            "--remote_timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            default=60.0,
+            show_default=True,
+            help="Seconds to wait for the remote cache before building without it",
+        ),
+        click.option(
+            "--remote_instance_name",
+            default="",
+            help="A path segment before ac/ and cas/ on the remote cache, to keep caches apart",
+        ),
     ]
     for option in reversed(options):
         function = option(function)
