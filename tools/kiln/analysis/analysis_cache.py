@@ -15,15 +15,13 @@ requested target. Unpickling it needs neither pydantic nor the rules.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
-import pickle
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from kiln import state_file
 from kiln.exec.action import Action, File
 from kiln.exec.toolchain import gpu_properties, package_version
 from kiln.loading.graph import TargetGraph
@@ -86,12 +84,8 @@ class AnalysisCache:
     def load(
         self, loader: PackageLoader, graph: TargetGraph, labels: list[str]
     ) -> CachedAnalysis | None:
-        try:
-            with self.path.open("rb") as f:
-                data = pickle.load(f)
-        except Exception:  # missing or damaged: analyze again
-            return None
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
+        data = state_file.read(self.path, FORMAT)
+        if data is None:
             return None
         cached: CachedAnalysis = data["analysis"]
         if data["fingerprint"] != fingerprint(loader, graph, labels, cached.uses_gpu):
@@ -101,18 +95,9 @@ class AnalysisCache:
     def store(
         self, loader: PackageLoader, graph: TargetGraph, labels: list[str], analysis: CachedAnalysis
     ) -> None:
-        data = {
-            "format": FORMAT,
-            "fingerprint": fingerprint(loader, graph, labels, analysis.uses_gpu),
-            "analysis": analysis,
-        }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".analysis-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump(data, f, protocol=5)
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        state_file.write(
+            self.path,
+            FORMAT,
+            fingerprint=fingerprint(loader, graph, labels, analysis.uses_gpu),
+            analysis=analysis,
+        )

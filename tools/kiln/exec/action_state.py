@@ -10,14 +10,12 @@ record only costs time. Written whole, atomically, at the end of a build.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import pickle
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from kiln import state_file
 from kiln.cache.action_cache import ActionResult
 from kiln.cache.digest import Digest
 
@@ -47,13 +45,9 @@ class ActionState:
         self.entries: dict[str, StateEntry] = {}
         self._lock = threading.Lock()
         self._dirty = False
-        try:
-            with path.open("rb") as f:
-                data = pickle.load(f)
-            if isinstance(data, dict) and data.get("format") == FORMAT:
-                self.entries = data["entries"]
-        except Exception:  # a missing or damaged record only costs time
-            self.entries = {}
+        data = state_file.read(path, FORMAT)
+        if data is not None:
+            self.entries = data["entries"]
 
     def current(self, primary_output: str, key: str) -> tuple[OutputRecord, ...] | None:
         """The outputs, if kiln-out/ still holds exactly what the action made under `key`."""
@@ -86,16 +80,6 @@ class ActionState:
             self._dirty = True
 
     def save(self) -> None:
-        if not self._dirty:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".state-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump({"format": FORMAT, "entries": self.entries}, f, protocol=5)
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        self._dirty = False
+        if self._dirty:
+            state_file.write(self.path, FORMAT, entries=self.entries)
+            self._dirty = False

@@ -7,13 +7,10 @@ parts of its last key; on a cache miss the differences are the reason.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import pickle
-import tempfile
 import threading
 from pathlib import Path
 
+from kiln import state_file
 from kiln.exec.action import Action, ActionKey
 
 FORMAT = 1
@@ -29,13 +26,9 @@ class ExplainLog:
         self.entries: dict[str, ActionKey] = {}
         self._lock = threading.Lock()
         self._dirty = False
-        try:
-            with path.open("rb") as f:
-                data = pickle.load(f)
-            if data.get("format") == FORMAT:
-                self.entries = data["entries"]
-        except Exception:
-            self.entries = {}
+        data = state_file.read(path, FORMAT)
+        if data is not None:
+            self.entries = data["entries"]
 
     def why(self, action: Action, key: ActionKey) -> str:
         """The reason a cache miss ran; call before record()."""
@@ -73,15 +66,6 @@ class ExplainLog:
             self._dirty = True
 
     def save(self) -> None:
-        if not self._dirty:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".explain-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump({"format": FORMAT, "entries": self.entries}, f, protocol=5)
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        if self._dirty:
+            state_file.write(self.path, FORMAT, entries=self.entries)
+            self._dirty = False
