@@ -6,14 +6,14 @@ For `aoti_package(name = "resnet_pt2", ...)` in //models, analysis writes
         resnet_pt2.h                 class ResnetPt2: loads the package, checks inputs, runs it
         resnet_pt2.cpp
         resnet_pt2Config.cmake       find_package(resnet_pt2) -> target resnet_pt2::resnet_pt2
-        BUILD.bazel                  cc_library(name = "resnet_pt2"), the .pt2 as data
-        resnet_pt2.pt2               a copy of the package, so the folder stands alone
+        BUILD.bazel                  cc_library(name = "resnet_pt2"), the .pt2 as data: the
+                                     build_file of a repository over kiln-out/models
 
 The class checks what a loaded AOTInductor package does not (torch-facts: it
 checks nothing by default): the number of inputs, each input's dtype and
 device, every static dimension against the example shape and every dynamic
 dimension against its declared [min, max]. Everything is rendered here, at
-analysis time, into FileWrite actions; only the package copy runs a command.
+analysis time, into FileWrite actions.
 """
 
 from __future__ import annotations
@@ -66,40 +66,40 @@ class LoaderSource:
     model: TorchModelInfo
     device: str  # "cpu" | "cuda"
     backend: str  # "inductor" | "tensorrt"
-    package_file: str  # the package's file name inside the loader folder, e.g. "resnet_pt2.pt2"
+    package: str  # the package's path from the loader folder: "../resnet_pt2.pt2"
 
 
 def declare_loader_library(
     ctx: RuleContext[Any], *, package: File, model: TorchModelInfo, device: str, backend: str
 ) -> list[File]:
-    """Declares <name>_loader/...: the rendered sources (FileWrite) and a copy of the package."""
+    """Declares <name>_loader/...: the rendered sources, each a FileWrite action.
+
+    The package stays beside the folder, not in it: a copy would be a second output
+    with the same digest, i.e. the same cache blob, and storing it touches that blob
+    while other actions (AotiValidate) read it.
+    """
     name = ctx.name
-    folder = f"{name}_loader"
-    package_file = posixpath.basename(package.path)
-    source = LoaderSource(name, ctx.label, model, device, backend, package_file)
-    files: list[File] = []
+    files = {f: ctx.declare_file(f"{name}_loader/{f}") for f in loader_files(name)}
+    folder = posixpath.dirname(next(iter(files.values())).path)
+    relative = posixpath.relpath(package.path, folder)
+    source = LoaderSource(name, ctx.label, model, device, backend, relative)
     for filename, text in render_loader(source).items():
-        output = ctx.declare_file(f"{folder}/{filename}")
-        ctx.actions.write(output, text)
-        files.append(output)
-    # The package beside the sources, so the folder is complete on its own: the
-    # cc_library names it as data (Bazel cannot reach ../), and CMake finds it in
-    # <name>_PACKAGE. Same content, so the cache stores it once.
-    copy = ctx.declare_file(f"{folder}/{package_file}")
-    ctx.actions.run(
-        mnemonic="CopyFile",
-        argv=["/bin/cp", package.path, copy.path],
-        inputs=[package],
-        outputs=[copy],
-        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-        progress_message=f"Copying {package.short_path} into {folder}/ for {ctx.label}",
-    )
-    files.append(copy)
-    return files
+        ctx.actions.write(files[filename], text)
+    return list(files.values())
+
+
+def loader_files(name: str) -> dict[str, str]:
+    """The files of the loader folder of target `name` -> their templates."""
+    return {
+        f"{name}.h": "aoti_loader.h.j2",
+        f"{name}.cpp": "aoti_loader.cpp.j2",
+        f"{name}Config.cmake": "Config.cmake.j2",
+        "BUILD.bazel": "BUILD.bazel.j2",
+    }
 
 
 def render_loader(source: LoaderSource) -> dict[str, str]:
-    """File name -> text of the generated library (everything but the package copy)."""
+    """File name -> text of the generated library."""
     import jinja2  # only analysis of an aoti_package needs it, never loading or query
 
     env = jinja2.Environment(
@@ -112,14 +112,10 @@ def render_loader(source: LoaderSource) -> dict[str, str]:
     )
     env.filters["cxx_string"] = cxx_string
     context = template_context(source)
-    name = source.name
-    outputs = {
-        f"{name}.h": "aoti_loader.h.j2",
-        f"{name}.cpp": "aoti_loader.cpp.j2",
-        f"{name}Config.cmake": "Config.cmake.j2",
-        "BUILD.bazel": "BUILD.bazel.j2",
+    return {
+        filename: env.get_template(template).render(context)
+        for filename, template in loader_files(source.name).items()
     }
-    return {filename: env.get_template(t).render(context) for filename, t in outputs.items()}
 
 
 def template_context(source: LoaderSource) -> dict[str, Any]:
@@ -154,15 +150,22 @@ def template_context(source: LoaderSource) -> dict[str, Any]:
         for dim in model.dynamic_dims
         if len(dim.axes) > 1
     ]
+    folder = f"{source.name}_loader"
+    from_parent = posixpath.normpath(posixpath.join(folder, source.package))
+    if from_parent.startswith("../") or posixpath.isabs(from_parent):
+        raise ValueError(f"the package {source.package} is not under {folder}/..")
     return {
         "example_error": _example_error(inputs),
         "name": source.name,
+        "folder": folder,
         "label": source.label,
         "class_name": class_name(source.name),
         "device": source.device,
         "backend": source.backend,
         "tensorrt": source.backend == "tensorrt",
-        "package_file": source.package_file,
+        "package_file": posixpath.basename(source.package),
+        "package_from_folder": source.package,
+        "package_from_parent": from_parent,
         "model_label": model.label,
         "inputs": inputs,
         "input_names": ", ".join(spec.name for spec in model.inputs),

@@ -2,6 +2,8 @@
 //
 //     model_app PACKAGE BATCH [float64]
 //
+// PACKAGE "-" is the package kiln built with the loader, when the build passes it
+// as MODEL_APP_PACKAGE (tests/cc/CMakeLists.txt does, from mlp_pt2_PACKAGE).
 // Builds the input arange(numel) / 100 in the shape MlpPt2 declares, with BATCH for
 // every dynamic dimension (as float64 when asked, to show the dtype check), runs
 // the package and prints every output value, one per line. An input the package
@@ -45,7 +47,13 @@ int main(int argc, char** argv) {
     for (const auto& spec : MlpPt2::kInputs) {
       inputs.push_back(example_input(spec, batch, argc == 4));
     }
-    MlpPt2 model(argv[1]);
+    std::string package = argv[1];
+#ifdef MODEL_APP_PACKAGE
+    if (package == "-") {
+      package = MODEL_APP_PACKAGE;
+    }
+#endif
+    MlpPt2 model(package);
     for (const at::Tensor& output : model.run(inputs)) {
       const at::Tensor values = output.to(at::kDouble).contiguous();
       const double* data = values.data_ptr<double>();

@@ -174,7 +174,8 @@ def test_lookup_hits_when_every_blob_is_present_and_touches_them(
     for p in paths:
         os.utime(p, ns=(old, old))
     assert ac.lookup(KEY, cas) == result()
-    assert all(os.stat(p).st_mtime_ns > old for p in paths)
+    assert all(os.stat(p).st_atime_ns > old for p in paths)  # used now
+    assert all(os.stat(p).st_mtime_ns == old for p in paths)  # contents untouched
 
 
 def test_lookup_misses_when_absent(ac: ActionCache, cas: ContentStore) -> None:

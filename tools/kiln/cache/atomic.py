@@ -8,6 +8,11 @@ partial one. On any exception, KeyboardInterrupt included, the temp is
 unlinked; a temp left by a killed process is removed by GC once it is older
 than GC's grace period (see gc.py), which is why every temp shares one
 prefix.
+
+sync=False keeps the rename but skips both fsyncs, for a file whose loss or
+emptiness after a power cut is harmless because its reader checks it (an
+action-cache entry: see action_cache.py). A SIGKILL cannot tell the
+difference: the kernel still has the data.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import contextlib
 import os
 import secrets
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -52,10 +58,11 @@ def make_dirs(directory: Path) -> None:
     fsync_dir(directory.parent)
 
 
-def publish(temp: Path, dest: Path) -> None:
+def publish(temp: Path, dest: Path, *, sync: bool = True) -> None:
     """Rename a finished, fsynced temp over dest and make the rename durable."""
     os.replace(temp, dest)
-    fsync_dir(dest.parent)
+    if sync:
+        fsync_dir(dest.parent)
 
 
 def unlink_quietly(path: Path) -> None:
@@ -64,7 +71,7 @@ def unlink_quietly(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_writer(dest: Path, mode: int = 0o444) -> Iterator[BinaryIO]:
+def atomic_writer(dest: Path, mode: int = 0o444, *, sync: bool = True) -> Iterator[BinaryIO]:
     """Yield a file to write dest's new content into; dest changes only on success."""
     make_dirs(dest.parent)
     fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=dest.parent)
@@ -74,13 +81,28 @@ def atomic_writer(dest: Path, mode: int = 0o444) -> Iterator[BinaryIO]:
             yield f
             f.flush()
             os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
-        publish(temp, dest)
+            if sync:
+                os.fsync(f.fileno())
+        publish(temp, dest, sync=sync)
     except BaseException:
         unlink_quietly(temp)
         raise
 
 
-def write_atomic(dest: Path, data: bytes, mode: int = 0o444) -> None:
-    with atomic_writer(dest, mode) as f:
+def write_atomic(dest: Path, data: bytes, mode: int = 0o444, *, sync: bool = True) -> None:
+    with atomic_writer(dest, mode, sync=sync) as f:
         f.write(data)
+
+
+def mark_used(path: Path | str) -> None:
+    """Set the file's access time to now, its "last use" for GC, and nothing else.
+
+    Not the mtime: blobs are hardlinked into execroots as read-only inputs, and
+    the executor tells an action that wrote through one by its changed mtime.
+    A missing file is not an error.
+    """
+    try:
+        st = os.stat(path)
+        os.utime(path, ns=(time.time_ns(), st.st_mtime_ns))
+    except (FileNotFoundError, PermissionError):
+        pass

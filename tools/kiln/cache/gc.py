@@ -7,13 +7,13 @@ whole collection, so two collections never run at once, while builds go on
 reading and writing the cache.
 
 Size is the sum of the file sizes of every blob and every entry. Above
-max_bytes, files go oldest mtime first (mtime is "last used": written or
-touched by a cache hit), and within the same second action-cache entries go
-before blobs, so an entry rarely outlives the blobs it names. It may: an
-entry whose blob is gone is only a miss (ActionCache.lookup checks every
-blob), never a wrong result.
+max_bytes, files go least recently used first (by access time, which kiln
+sets when it writes a file or a cache hit uses it: atomic.mark_used), and
+within the same second action-cache entries go before blobs, so an entry
+rarely outlives the blobs it names. It may: an entry whose blob is gone
+is only a miss (ActionCache.lookup checks every blob), never a wrong result.
 
-Nothing with an mtime after (start - grace_seconds) is removed, and each
+Nothing used after (start - grace_seconds) is removed, and each
 file is stat'ed again just before it is unlinked, so the blobs a build is
 writing or has just hit are safe until its action-cache entry names them.
 Temps older than the grace period were left by a crash and are removed.
@@ -44,13 +44,13 @@ class GcReport:
 
 @dataclass(frozen=True, slots=True)
 class _Item:
-    mtime_ns: int
+    used_ns: int  # access time: last use
     kind: int
     size: int
     path: str
 
     def order(self) -> tuple[int, int, int]:
-        return (self.mtime_ns // _NS, self.kind, self.mtime_ns)
+        return (self.used_ns // _NS, self.kind, self.used_ns)
 
 
 def collect(root: Path, max_bytes: int, *, grace_seconds: float = 300.0) -> GcReport:
@@ -76,7 +76,7 @@ def _collect(root: Path, max_bytes: int, cutoff_ns: int) -> GcReport:
         for item in items:
             if total <= max_bytes:
                 break
-            if item.mtime_ns >= cutoff_ns or not _unlink_if_unused(item.path, cutoff_ns):
+            if item.used_ns >= cutoff_ns or not _unlink_if_unused(item.path, cutoff_ns):
                 continue
             total -= item.size
             removed[item.kind] += 1
@@ -101,17 +101,17 @@ def _scan(directory: Path, kind: int, cutoff_ns: int, items: list[_Item], shards
         except FileNotFoundError:
             continue  # removed while we looked
         if is_temp(entry.name):
-            if st.st_mtime_ns < cutoff_ns and _unlink_if_unused(entry.path, cutoff_ns):
+            if st.st_atime_ns < cutoff_ns and _unlink_if_unused(entry.path, cutoff_ns):
                 temps_removed += 1
         elif not shards:
-            items.append(_Item(st.st_mtime_ns, kind, st.st_size, entry.path))
+            items.append(_Item(st.st_atime_ns, kind, st.st_size, entry.path))
     return temps_removed
 
 
 def _unlink_if_unused(path: str, cutoff_ns: int) -> bool:
     """Unlink path unless it was used (touched) after cutoff since it was scanned."""
     try:
-        if os.stat(path, follow_symlinks=False).st_mtime_ns >= cutoff_ns:
+        if os.stat(path, follow_symlinks=False).st_atime_ns >= cutoff_ns:
             return False
         os.unlink(path)
     except FileNotFoundError:
