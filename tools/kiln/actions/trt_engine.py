@@ -52,6 +52,7 @@ FORCED_OFF = {
 }
 LINUX_OFF = {"cache_built_engines": False, "reuse_cached_engines": False}
 TRT_SUBMODULE_PREFIX = "_run_on_acc"
+SHAPE_METHODS = frozenset({"size", "dim", "numel", "stride"})  # not ops left to PyTorch
 
 
 def main(spec: dict[str, Any]) -> None:
@@ -79,6 +80,8 @@ def main(spec: dict[str, Any]) -> None:
         )
 
     program = export(spec)
+    # Read before compiling: Torch-TensorRT lowers the program it is given.
+    io = program_io(program, spec["ranges"])
     inputs = [
         torch_tensorrt.Input(
             min_shape=r["min"], opt_shape=r["opt"], max_shape=r["max"], dtype=DTYPES[r["dtype"]]
@@ -100,15 +103,16 @@ def main(spec: dict[str, Any]) -> None:
     except Exception as error:
         raise ActionFailure(f"{api} failed: {_brief(error)}") from error
 
+    # The engines first: saving may re-export the module it is given.
+    engines = find_engines(trt_gm)
+    files = write_engines(engines, Path(spec["engines"]), spec["name"])
     device = torch.device(spec.get("device", "cuda"))
     examples = [t.to(device) for t in example_inputs(spec["inputs"])]
     saved = save_program(torch_tensorrt, trt_gm, Path(spec["program"]), examples, windows=windows)
 
-    engines = find_engines(trt_gm)
-    files = write_engines(engines, Path(spec["engines"]), spec["name"])
     manifest = build_manifest(
         spec,
-        program=program,
+        io=io,
         trt_gm=trt_gm,
         engines=engines,
         engine_files=files,
@@ -131,15 +135,40 @@ def main(spec: dict[str, Any]) -> None:
 
 
 def accepted_settings(fn: Any, wanted: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """(the settings `fn` names as parameters, the names of those it does not)."""
-    params = inspect.signature(fn).parameters
-    named = {
-        name
-        for name, p in params.items()
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    }
+    """(the settings `fn` names as parameters, the names of those it does not).
+
+    A **kwargs parameter does not count: 2.13 raises on the names it removed. If no
+    named parameter can be found at all, every setting is passed.
+    """
+    named = _named_parameters(fn)
+    if not named:
+        return dict(wanted), []
     passed = {k: v for k, v in wanted.items() if k in named}
     return passed, sorted(k for k in wanted if k not in named)
+
+
+def _named_parameters(fn: Any) -> set[str]:
+    """The keyword-capable parameters of fn, looking through decorators.
+
+    cross_compile_for_windows is wrapped by @needs_cross_compile, a `wrapper(*args,
+    **kwargs)` without functools.wraps: its own signature names nothing, so follow
+    the one function its closure holds.
+    """
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    for _ in range(8):
+        try:
+            params = inspect.signature(fn).parameters  # follows __wrapped__
+        except (TypeError, ValueError):
+            return set()
+        named = {name for name, p in params.items() if p.kind in kinds}
+        if named:
+            return named
+        cells = getattr(fn, "__closure__", None) or ()
+        inner = [c.cell_contents for c in cells if inspect.isfunction(c.cell_contents)]
+        if len(inner) != 1:
+            return set()
+        fn = inner[0]
+    return set()
 
 
 def save_program(
@@ -218,34 +247,47 @@ def write_engines(engines: list[tuple[str, Any]], folder: Path, name: str) -> li
 
 def fallback_ops(trt_gm: Any, engine_names: set[str]) -> list[str]:
     """The PyTorch ops left outside TensorRT: tensor-producing calls in the top graph
-    (not getitem, not shape arithmetic) and the ops of non-TensorRT submodules."""
+    (not getitem, not shape arithmetic) and those of non-TensorRT submodules."""
     ops: list[str] = []
     for node in trt_gm.graph.nodes:
-        if node.op == "call_function" and _computes_tensor(node):
-            ops.append(op_name(node.target))
-        elif node.op == "call_method":
-            ops.append(f"Tensor.{node.target}")
-        elif node.op == "call_module" and node.target not in engine_names:
+        if node.op == "call_module" and node.target not in engine_names:
             sub = trt_gm.get_submodule(node.target)
             graph = getattr(sub, "graph", None)
             if graph is None:
                 ops.append(f"module {node.target} ({type(sub).__name__})")
-                continue
-            inner = [n for n in graph.nodes if n.op in ("call_function", "call_method")]
-            ops.extend(op_name(n.target) for n in inner if _computes_tensor(n))
+            else:
+                ops.extend(_tensor_ops(graph))
+    ops.extend(_tensor_ops(trt_gm.graph))
     return ops
 
 
+def _tensor_ops(graph: Any) -> list[str]:
+    out = []
+    for node in graph.nodes:
+        if node.op == "call_method" and node.target not in SHAPE_METHODS:
+            out.append(f"Tensor.{node.target}")
+        elif node.op == "call_function" and _computes_tensor(node):
+            out.append(op_name(node.target))
+    return out
+
+
 def _computes_tensor(node: Any) -> bool:
-    if node.target is operator.getitem:
+    """Whether a call computes a tensor (a PyTorch op left outside TensorRT), as opposed to
+    indexing a TensorRT module's outputs or shape arithmetic on sizes."""
+    target = node.target
+    if target is operator.getitem:
         return False
     val = node.meta.get("val")
-    if val is None:
-        return True
-    import torch
+    if val is not None:
+        import torch
 
-    items = val if isinstance(val, (tuple, list)) else [val]
-    return any(isinstance(v, torch.Tensor) for v in items)
+        items = val if isinstance(val, (tuple, list)) else [val]
+        return any(isinstance(v, torch.Tensor) for v in items)
+    schema = getattr(target, "_schema", None)
+    if schema is not None:  # an aten op: by what it returns (sym_size returns an int)
+        return any("Tensor" in str(r.type) for r in schema.returns)
+    # Python operators in an exported (ATen) graph work on sizes: tensor math is aten.*.
+    return getattr(target, "__module__", None) not in ("_operator", "operator", "math", "builtins")
 
 
 def op_name(target: Any) -> str:
@@ -253,9 +295,12 @@ def op_name(target: Any) -> str:
         return target
     if hasattr(target, "_schema"):  # an OpOverload: aten.relu.default
         return str(target)
-    module = getattr(target, "__module__", None) or ""
-    qualname = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(target))
-    return f"{module}.{qualname}" if module else str(qualname)
+    from torch.fx.node import _get_qualified_name  # how fx prints a call: torch.sin, operator.add
+
+    try:
+        return str(_get_qualified_name(target))
+    except Exception:
+        return repr(target)
 
 
 def program_io(program: Any, ranges: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
@@ -318,7 +363,7 @@ def _evaluate(size: Any, symbols: dict[Any, tuple[int, int, int]], which: int) -
 def build_manifest(
     spec: dict[str, Any],
     *,
-    program: Any,
+    io: tuple[dict[str, Any], list[Any]],
     trt_gm: Any,
     engines: list[tuple[str, Any]],
     engine_files: list[str],
@@ -328,9 +373,13 @@ def build_manifest(
     toolchain: dict[str, Any],
     build_gpu: dict[str, Any],
 ) -> dict[str, Any]:
-    """What a deployment needs to know about the engines, as one JSON document."""
+    """What a deployment needs to know about the engines, as one JSON document.
+
+    `io` is program_io() of the exported program: the ranges of its inputs by
+    placeholder name, and the dtype and shape range of each of its outputs.
+    """
     windows = spec["target_platform"] == "windows_x86_64"
-    inputs, outputs = program_io(program, spec["ranges"])
+    inputs, outputs = io
     names = {name for name, _ in engines}
     fallback = fallback_ops(trt_gm, names)
     folder = Path(spec["engines"]).name

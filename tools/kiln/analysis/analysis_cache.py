@@ -28,7 +28,15 @@ from kiln.loading.graph import TargetGraph
 from kiln.loading.loader import PackageLoader
 
 FORMAT = 1
-TOOLCHAIN_PACKAGES = ("torch", "torch_tensorrt", "tensorrt", "tensorrt_rtx")
+TOOLCHAIN_PACKAGES = (
+    "torch",
+    "torch_tensorrt",
+    "torch_tensorrt_rtx",
+    "tensorrt",
+    "tensorrt_rtx",
+    "tensorrt_rtx_cu13_libs",
+    "safetensors",
+)
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,8 @@ def fingerprint(loader: PackageLoader, graph: TargetGraph, labels: list[str], gp
     digest.update(_code_stamp().encode())
     for name in TOOLCHAIN_PACKAGES:
         digest.update(f"{name}={package_version(name)}\0".encode())
+    # The TensorRT probe can be pointed at a file (tests, CI without a GPU).
+    digest.update(os.environ.get("KILN_TRT_PROBE_JSON", "").encode())
     if gpu:
         digest.update(repr(sorted(gpu_properties().items())).encode())
     return digest.hexdigest()

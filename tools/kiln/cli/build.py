@@ -59,7 +59,8 @@ def run_build(session: Session, targets: list[str], options: BuildOptions) -> in
     phases: list[_Phase] = [_Phase("loading", time.monotonic())]
     loader = PackageLoader(session.workspace, session.graph_cache_file)
     try:
-        labels = expand(loader, parse_patterns(targets, session.working_package))
+        patterns = parse_patterns(targets, session.working_package)
+        labels = expand(loader, patterns, skip_manual=True)
         graph = GraphBuilder(loader).build(labels)
     finally:
         loader.save()

@@ -17,7 +17,14 @@ from kiln.loading.workspace import OUTPUT_DIR
 @click.argument("key", required=False)
 @click.pass_obj
 def command(session: Session, key: str | None) -> int:
-    """Print workspace paths and host facts (one KEY, or all)."""
+    """Print workspace paths and host facts (one KEY, or all).
+
+    KEY `toolchains` probes what TensorRT builds would use (torch, torch_tensorrt and
+    its flavour, TensorRT, CUDA, GPUs) and which trt_engine platforms can build here,
+    without building anything.
+    """
+    if key == "toolchains":
+        return _toolchains()
     facts = {
         "release": f"kiln {__version__}",
         "workspace": str(session.workspace.root),
@@ -32,9 +39,26 @@ def command(session: Session, key: str | None) -> int:
     }
     if key:
         if key not in facts:
-            raise click.UsageError(f"unknown info key '{key}' (known: {', '.join(facts)})")
+            known = ", ".join([*facts, "toolchains"])
+            raise click.UsageError(f"unknown info key '{key}' (known: {known})")
         click.echo(facts[key])
         return 0
     for name, value in facts.items():
         click.echo(f"{name}: {value}")
+    return 0
+
+
+def _toolchains() -> int:
+    """The TensorRT toolchain probe (kiln.exec.trt_probe), as the actions would see it."""
+    from kiln.exec import trt_probe
+    from kiln.rules.aoti_package import PYTHON_ENV
+
+    found = trt_probe.probe(sys.executable, PYTHON_ENV)
+    for name, value in trt_probe.describe(found):
+        click.echo(f"{name}: {value}")
+    for target in trt_probe.TARGET_PLATFORMS:
+        failed = trt_probe.preflight(found, target)
+        verdict = "can build" if failed is None else f"cannot build: {'; '.join(failed.problems)}"
+        click.echo(f"trt_engine {target}: {verdict}")
+    click.echo(f"probe: {found.source}")
     return 0

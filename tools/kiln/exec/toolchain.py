@@ -43,13 +43,24 @@ def package_version(name: str) -> str | None:
     return _dist_infos().get(name.lower().replace("-", "_"))
 
 
+def installed_distributions() -> dict[str, str]:
+    """Every installed distribution (normalized name, as package_version spells it) -> version."""
+    return dict(_dist_infos())
+
+
 @cache
 def actions_digest() -> str:
-    """A digest of kiln's action code: changing how an action works changes its key."""
-    root = Path(__file__).resolve().parent.parent / "actions"
+    """A digest of kiln's action code: changing how an action works changes its key.
+
+    The templates that actions render (rules/templates/trt_*: the TensorRT loaders,
+    rendered by kiln.actions.render_trt_loader) count as action code too.
+    """
+    kiln = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
-    for path in sorted(root.glob("*.py")):
+    for path in sorted((kiln / "actions").glob("*.py")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in sorted((kiln / "rules" / "templates").glob("trt_*")):
+        digest.update(b"templates/" + path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 

@@ -12,11 +12,19 @@ def parse_patterns(texts: list[str], working_package: str) -> list[TargetPattern
     return [TargetPattern.parse(text, working_package) for text in texts]
 
 
-def expand(loader: PackageLoader, patterns: list[TargetPattern]) -> list[str]:
-    """The labels the patterns name, in order, positives minus negatives."""
+def expand(
+    loader: PackageLoader, patterns: list[TargetPattern], *, skip_manual: bool = False
+) -> list[str]:
+    """The labels the patterns name, in order, positives minus negatives.
+
+    skip_manual (for builds, as Bazel's): wildcards (`...`, `:all`, `:*`) leave
+    out targets tagged "manual"; naming one explicitly still selects it.
+    """
     selected: dict[str, None] = {}
     for pattern in patterns:
         labels = _expand_one(loader, pattern)
+        if skip_manual and pattern.kind not in (PatternKind.SINGLE, PatternKind.RELATIVE_AMBIGUOUS):
+            labels = [label for label in labels if not _is_manual(loader, label)]
         if pattern.negative:
             for label in labels:
                 selected.pop(label, None)
@@ -43,6 +51,12 @@ def _expand_one(loader: PackageLoader, pattern: TargetPattern) -> list[str]:
     loader.prefetch(packages)
     every = kind is PatternKind.RECURSIVE_TARGETS
     return [label for package in packages for label in _package_targets(loader, package, every)]
+
+
+def _is_manual(loader: PackageLoader, label: str) -> bool:
+    package, _, name = label[2:].partition(":")
+    target = loader.package(package).targets.get(name)
+    return target is not None and "manual" in (target.attrs.get("tags") or ())
 
 
 def _package_targets(loader: PackageLoader, name: str, every: bool) -> list[str]:

@@ -1,0 +1,141 @@
+"""Shared pieces of the trt_engine tests: models, probes of imagined machines, analysis.
+
+No TensorRT, torch_tensorrt or GPU exists on the machines these tests run on:
+the probes here stand for the machines the rule is meant for.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from kiln.analysis.context import RuleContext
+from kiln.analysis.providers import AnalyzedTarget, DefaultInfo
+from kiln.exec import trt_probe
+from kiln.exec.action import Action, File
+from kiln.exec.trt_probe import Gpu, Probe
+from kiln.rules.torch_model import DynamicDim, TensorSpec, TorchModelInfo
+from kiln.rules.trt_engine import TrtEngineAttrs
+from kiln.rules.trt_windows_engine import TrtWindowsEngineAttrs
+
+MLP = TorchModelInfo(
+    label="//models:mlp",
+    src=File("models/mlp.py"),
+    deps=(),
+    weights=None,
+    factory="mlp:build",
+    factory_kwargs={},
+    inputs=(TensorSpec(name="x", shape=[8, 10], dtype="float32"),),
+    dynamic_dims=(DynamicDim(name="batch", min=1, max=64, axes={"x": 0}),),
+)
+
+TWO_INPUTS = TorchModelInfo(
+    label="//models:detector",
+    src=File("models/detector.py"),
+    deps=(),
+    weights=None,
+    factory="detector:build",
+    factory_kwargs={},
+    inputs=(
+        TensorSpec(name="image", shape=[2, 3, 64, 48], dtype="float16"),
+        TensorSpec(name="class", shape=[2, 7], dtype="int64"),
+    ),
+    dynamic_dims=(
+        DynamicDim(name="batch", min=1, max=8, opt=4, axes={"image": 0, "class": 0}),
+        DynamicDim(name="height", min=32, max=512, axes={"image": 2}),
+    ),
+)
+
+# A Linux x86-64 machine with an H200 and the standard TensorRT (Windows builder resource).
+GPU_STANDARD = Probe(
+    python="3.12.3",
+    executable="/usr/bin/python3",
+    os="linux",
+    arch="x86_64",
+    torch="2.13.0+cu130",
+    cuda="13.0",
+    gpus=(Gpu("NVIDIA H200", "9.0", 143771),),
+    torch_tensorrt="2.13.0",
+    torch_tensorrt_dist="torch_tensorrt",
+    flavour="standard",
+    tensorrt="11.0.0.12",
+    tensorrt_dist="tensorrt_cu13_libs",
+    windows_cross_compile=True,
+)
+# The GPU machine of this workplace: torch 2.11 with the TensorRT-RTX flavour.
+GPU_RTX = Probe(
+    python="3.12.3",
+    executable="/usr/bin/python3",
+    os="linux",
+    arch="x86_64",
+    torch="2.11.0+cu130",
+    cuda="13.0",
+    gpus=(Gpu("NVIDIA H200", "9.0", 143771),),
+    torch_tensorrt="2.11.0",
+    torch_tensorrt_dist="torch_tensorrt_rtx",
+    flavour="rtx",
+    tensorrt="1.4.0.76",
+    tensorrt_dist="tensorrt_rtx_cu13_libs",
+    windows_cross_compile=False,
+)
+# This machine, CI's and the developers': CPU-only torch, no torch_tensorrt.
+CPU_ONLY = Probe(
+    python="3.11.7",
+    executable="/work/main/.venv/bin/python",
+    os="linux",
+    arch="x86_64",
+    torch="2.13.0+cpu",
+    cuda=None,
+    gpus=(),
+    torch_tensorrt_error="ModuleNotFoundError: No module named 'torch_tensorrt'",
+)
+
+
+def model_target(model: TorchModelInfo) -> AnalyzedTarget:
+    return AnalyzedTarget(
+        model.label, {TorchModelInfo: model, DefaultInfo: DefaultInfo(tuple(model.files))}
+    )
+
+
+def analyze(
+    monkeypatch: Any,
+    attrs: dict[str, Any],
+    *,
+    windows_rule: bool = False,
+    probe: Probe = GPU_STANDARD,
+    model: TorchModelInfo = MLP,
+    package: str = "models",
+) -> tuple[list[object], list[Action]]:
+    """Run the rule's implementation on `attrs` with `probe` as the machine's toolchain."""
+    from kiln.rules.trt_engine import implementation
+
+    monkeypatch.setattr(trt_probe, "probe", lambda python, env=None: probe)
+    schema = TrtWindowsEngineAttrs if windows_rule else TrtEngineAttrs
+    validated = schema.model_validate({"model": model.label, **attrs})
+    label = f"//{package}:{attrs['name']}"
+    ctx: RuleContext[Any] = RuleContext(
+        label, validated, {model.label: model_target(model)}, python=sys.executable
+    )
+    providers = implementation(ctx)
+    return providers, ctx.actions.declared
+
+
+def by_mnemonic(actions: list[Action], mnemonic: str) -> Action:
+    (found,) = [a for a in actions if a.mnemonic == mnemonic]
+    return found
+
+
+def written(actions: list[Action], path: str) -> dict[str, Any]:
+    """The JSON a FileWrite action of `actions` writes to `path`."""
+    (found,) = [a for a in actions if a.content is not None and a.outputs[0].path == path]
+    assert found.content is not None
+    data: dict[str, Any] = json.loads(found.content)
+    return data
+
+
+def probe_file(tmp_path: Any, probe: Probe) -> str:
+    """A KILN_TRT_PROBE_JSON file describing `probe`."""
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(probe.to_json()))
+    return str(path)

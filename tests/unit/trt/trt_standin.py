@@ -1,0 +1,225 @@
+"""A recording stand-in for torch_tensorrt: TensorRT cannot be installed here.
+
+StandIn builds module objects named `torch_tensorrt`, `torch_tensorrt.dynamo` and
+`tensorrt` whose entry points (Input, dynamo.compile,
+dynamo.cross_compile_for_windows, save, dynamo.save_cross_compiled_exported_program)
+record every call, with its arguments, in `calls`, and behave the way
+Torch-TensorRT's sources say the real ones do (v2.11-v2.13, read, not run):
+
+- the compile functions return a torch.fx.GraphModule whose TensorRT submodules
+  are `_run_on_acc_N` children carrying `serialized_engine` bytes and
+  `input_binding_names` (the graph's placeholders) / `output_binding_names`
+  (output0, output1, ...);
+- `save` of a cross-compiled module fails with "Engine has not been setup yet"
+  (pytorch/TensorRT#3100) unless told otherwise;
+- the signatures name the real parameters, so kiln's filtering by
+  inspect.signature sees what it would see there (`missing` removes some, as a
+  version without them would).
+
+What this checks is the contract kiln relies on, not TensorRT: the real library
+runs only on the GPU machine (tools/gpu_check.sh).
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import inspect
+import sys
+import types
+from collections import namedtuple
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+
+FeatureSet = namedtuple("FeatureSet", ["windows_cross_compile", "tensorrt_rtx"])
+
+NOT_SET_UP = "Engine has not been setup yet"
+
+
+@dataclass
+class Call:
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+class Input:
+    """torch_tensorrt.Input(min_shape=, opt_shape=, max_shape=, dtype=)."""
+
+    def __init__(
+        self,
+        *args: Any,
+        min_shape: Any = None,
+        opt_shape: Any = None,
+        max_shape: Any = None,
+        dtype: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        assert not args, "kiln passes Input's shapes by keyword"
+        self.min_shape, self.opt_shape, self.max_shape = min_shape, opt_shape, max_shape
+        self.dtype = dtype
+        self.kwargs = kwargs
+
+    def __repr__(self) -> str:
+        return f"Input(min={self.min_shape}, opt={self.opt_shape}, max={self.max_shape})"
+
+
+class StandInTrtModule(torch.nn.Module):
+    """A `_run_on_acc_N` submodule as cross_compile_for_windows leaves it: bytes, not set up."""
+
+    def __init__(self, engine: bytes, inputs: list[str], outputs: list[str]) -> None:
+        super().__init__()
+        self.serialized_engine = engine
+        self.input_binding_names = inputs
+        self.output_binding_names = outputs
+
+    def forward(self, *args: Any) -> Any:
+        raise RuntimeError(NOT_SET_UP)
+
+
+def _needs_cross_compile(f: Any) -> Any:
+    """As Torch-TensorRT's decorator of that name (2.11-2.13): no functools.wraps, so the
+    wrapper's own signature is (*args, **kwargs)."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return f(*args, **kwargs)
+
+    return wrapper
+
+
+def _module(name: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    # torch looks modules up with importlib.util.find_spec, which needs a __spec__.
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    return module
+
+
+def engine_bytes(index: int) -> bytes:
+    return b"\x00standin-engine-" + str(index).encode() + b"\xff\xfe"
+
+
+# The parameters the real compile functions name (2.11), less the inputs.
+_SETTINGS = (
+    "device",
+    "disable_tf32",
+    "sparse_weights",
+    "workspace_size",
+    "truncate_double",
+    "require_full_compilation",
+    "min_block_size",
+    "torch_executed_ops",
+    "max_aux_streams",
+    "version_compatible",
+    "optimization_level",
+    "use_python_runtime",
+    "hardware_compatible",
+    "timing_cache_path",
+    "lazy_engine_init",
+    "cache_built_engines",
+    "reuse_cached_engines",
+    "immutable_weights",
+)
+
+
+@dataclass
+class StandIn:
+    engines: int = 1
+    windows_cross_compile: bool = True
+    rtx: bool = False
+    save_error: str | None = NOT_SET_UP  # what torch_tensorrt.save raises (None: it works)
+    fallback_op: bool = False  # leave aten.relu outside the engines
+    missing: tuple[str, ...] = ()  # parameters this "version" lacks
+    tensorrt_version: str = "11.0.0.12"
+    calls: list[Call] = field(default_factory=list)
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        package, dynamo, tensorrt = self._modules()
+        monkeypatch.setitem(sys.modules, "torch_tensorrt", package)
+        monkeypatch.setitem(sys.modules, "torch_tensorrt.dynamo", dynamo)
+        monkeypatch.setitem(sys.modules, "tensorrt", tensorrt)
+
+    def names(self) -> list[str]:
+        return [c.name for c in self.calls]
+
+    def call(self, name: str) -> Call:
+        (found,) = [c for c in self.calls if c.name == name]
+        return found
+
+    # -- the stand-in modules --------------------------------------------------------------
+
+    def _modules(self) -> tuple[types.ModuleType, types.ModuleType, types.ModuleType]:
+        package, dynamo, tensorrt = (
+            _module(name) for name in ("torch_tensorrt", "torch_tensorrt.dynamo", "tensorrt")
+        )
+        tensorrt.__version__ = self.tensorrt_version  # type: ignore[attr-defined]
+        package.__version__ = "2.13.0"  # type: ignore[attr-defined]
+        package.ENABLED_FEATURES = FeatureSet(self.windows_cross_compile, self.rtx)  # type: ignore[attr-defined]
+        standin = self
+
+        def make_input(*args: Any, **kwargs: Any) -> Input:
+            standin.calls.append(Call("Input", args, kwargs))
+            return Input(*args, **kwargs)
+
+        def save(module: Any, file_path: str = "", **kwargs: Any) -> None:
+            standin.calls.append(Call("save", (module, file_path), kwargs))
+            if standin.save_error is not None:
+                raise RuntimeError(standin.save_error)
+            with open(file_path, "wb") as f:
+                f.write(b"standin: torch_tensorrt.save")
+
+        def save_cross_compiled_exported_program(gm: Any, file_path: str) -> None:
+            standin.calls.append(Call("save_cross_compiled_exported_program", (gm, file_path), {}))
+            with open(file_path, "wb") as f:
+                f.write(b"standin: save_cross_compiled_exported_program")
+
+        package.Input = make_input  # type: ignore[attr-defined]
+        package.save = save  # type: ignore[attr-defined]
+        package.dynamo = dynamo  # type: ignore[attr-defined]
+        dynamo.compile = self._compile_function("compile")  # type: ignore[attr-defined]
+        dynamo.cross_compile_for_windows = self._compile_function("cross_compile_for_windows")  # type: ignore[attr-defined]
+        dynamo.save_cross_compiled_exported_program = save_cross_compiled_exported_program  # type: ignore[attr-defined]
+        return package, dynamo, tensorrt
+
+    def _compile_function(self, name: str) -> Any:
+        standin = self
+
+        def compile_fn(exported_program: Any, inputs: Any = None, **kwargs: Any) -> Any:
+            standin.calls.append(Call(name, (exported_program,), dict(kwargs)))
+            return standin._graph_module(exported_program)
+
+        params = [
+            inspect.Parameter("exported_program", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            inspect.Parameter("inputs", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+            inspect.Parameter("arg_inputs", inspect.Parameter.KEYWORD_ONLY, default=None),
+            inspect.Parameter("kwarg_inputs", inspect.Parameter.KEYWORD_ONLY, default=None),
+            *(
+                inspect.Parameter(s, inspect.Parameter.KEYWORD_ONLY, default=None)
+                for s in _SETTINGS
+                if s not in self.missing
+            ),
+            inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
+        ]
+        compile_fn.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        compile_fn.__name__ = name
+        if name == "cross_compile_for_windows":
+            return _needs_cross_compile(compile_fn)
+        return compile_fn
+
+    def _graph_module(self, program: Any) -> torch.fx.GraphModule:
+        """placeholders -> _run_on_acc_0 [-> aten.relu] [-> _run_on_acc_1 ...] -> output."""
+        graph = torch.fx.Graph()
+        root = torch.nn.Module()
+        names = list(program.graph_signature.user_inputs)
+        values: list[Any] = [graph.placeholder(n) for n in names]
+        for i in range(self.engines):
+            binding_inputs = [v.name for v in values]
+            module = StandInTrtModule(engine_bytes(i), binding_inputs, ["output0"])
+            root.add_module(f"_run_on_acc_{i}", module)
+            out = graph.call_module(f"_run_on_acc_{i}", tuple(values))
+            if self.fallback_op and i == 0:
+                out = graph.call_function(torch.ops.aten.relu.default, (out,))
+            values = [out]
+        graph.output(values[0])
+        return torch.fx.GraphModule(root, graph)
