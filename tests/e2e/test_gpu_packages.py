@@ -27,7 +27,9 @@ CUDA_BUILD = (
     MLP_BUILD
     + """
 aoti_package(name = "mlp_cuda", model = ":mlp", device = "cuda")
-aoti_package(name = "mlp_trt_pt2", model = ":mlp", device = "cuda", backend = "tensorrt")
+# TensorRT picks its own kernels (TF32 among them): 1.7e-4 was seen at batch 1 on an H200.
+aoti_package(name = "mlp_trt_pt2", model = ":mlp", device = "cuda", backend = "tensorrt",
+             rtol = 1e-3, atol = 1e-3)
 """
 )
 

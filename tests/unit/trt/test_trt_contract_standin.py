@@ -142,7 +142,9 @@ def test_contract_with_standin_cross_compile_for_windows_call_sequence(
     assert save.args[1] == spec["program"] == "kiln-out/models/tiny_win.ep"
     (example,) = save.kwargs["arg_inputs"]
     assert tuple(example.shape) == (8, 10)
-    assert set(save.kwargs) == {"arg_inputs"}
+    assert set(save.kwargs) == {"arg_inputs", "dynamic_shapes"}
+    ((batch,),) = [tuple(d.values()) for d in save.kwargs["dynamic_shapes"]]
+    assert (batch.min, batch.max) == (1, 64)  # the range, not the example's batch of 8
     coded = standin.call("save_cross_compiled_exported_program")
     assert coded.args == (save.args[0], "kiln-out/models/tiny_win.ep")
 

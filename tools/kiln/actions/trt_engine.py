@@ -66,7 +66,7 @@ def main(spec: dict[str, Any]) -> None:
             f"{_brief(error)}"
         ) from error
 
-    from kiln.actions.model_loading import DTYPES, example_inputs
+    from kiln.actions.model_loading import DTYPES, dynamic_shapes, example_inputs
     from kiln.actions.torch_export import export
 
     windows = spec["target_platform"] == "windows_x86_64"
@@ -108,7 +108,14 @@ def main(spec: dict[str, Any]) -> None:
     files = write_engines(engines, Path(spec["engines"]), spec["name"])
     device = torch.device(spec.get("device", "cuda"))
     examples = [t.to(device) for t in example_inputs(spec["inputs"])]
-    saved = save_program(torch_tensorrt, trt_gm, Path(spec["program"]), examples, windows=windows)
+    names = [i["name"] for i in spec["inputs"]]
+    by_name = dynamic_shapes(spec["inputs"], spec["dynamic_dims"])
+    # Without them the save re-exports at the example's shapes (seen on the GPU
+    # machine: the .ep then rejected any other batch with "Guard failed").
+    shapes = tuple(by_name[n] for n in names) if by_name else None
+    saved = save_program(
+        torch_tensorrt, trt_gm, Path(spec["program"]), examples, windows=windows, shapes=shapes
+    )
 
     manifest = build_manifest(
         spec,
@@ -172,14 +179,27 @@ def _named_parameters(fn: Any) -> set[str]:
 
 
 def save_program(
-    torch_tensorrt: Any, trt_gm: Any, path: Path, examples: list[Any], *, windows: bool
+    torch_tensorrt: Any,
+    trt_gm: Any,
+    path: Path,
+    examples: list[Any],
+    *,
+    windows: bool,
+    shapes: tuple[Any, ...] | None = None,
 ) -> dict[str, Any]:
-    """Save the compiled program; what was used, and how to load it on the target."""
+    """Save the compiled program; what was used, and how to load it on the target.
+
+    `shapes` are the dynamic shapes (torch.export style, by position), passed
+    where the installed torch_tensorrt.save takes them.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     name = path.name
     documented_error = None
+    extra: dict[str, Any] = {}
+    if shapes is not None and _accepts(torch_tensorrt.save, "dynamic_shapes"):
+        extra["dynamic_shapes"] = shapes
     try:
-        torch_tensorrt.save(trt_gm, str(path), arg_inputs=examples)
+        torch_tensorrt.save(trt_gm, str(path), arg_inputs=examples, **extra)
     except Exception as error:
         if not windows:
             raise ActionFailure(f"{DOCUMENTED_SAVE} failed: {_brief(error)}") from error
@@ -206,6 +226,13 @@ def save_program(
         "load": f'torch_tensorrt.load_cross_compiled_exported_program("{name}").module()',
         "load_on": "Windows x86-64",
     }
+
+
+def _accepts(function: Any, name: str) -> bool:
+    parameters = inspect.signature(function).parameters
+    return name in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 def find_engines(trt_gm: Any) -> list[tuple[str, Any]]:
