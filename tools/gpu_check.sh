@@ -36,7 +36,8 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-py=${PYTHON:-python3}
+# Absolute: the site check runs it under env -i, where PATH would find another python3.
+py=$(command -v "${PYTHON:-python3}")
 target=//models:mlp_trt
 name=mlp_trt
 preload=${KILN_GPU_CHECK_PRELOAD-/usr/lib/x86_64-linux-gnu/libstdc++.so.6}
