@@ -14,12 +14,11 @@ from kiln.cache.cas import ContentStore
 from kiln.cache.digest import Digest
 from kiln.cache.gc import GcReport, collect
 
-NOW = time.time_ns()
-
 
 def age(path: Path, seconds: float) -> None:
-    """Make path look last used `seconds` ago."""
-    ns = NOW - int(seconds * 1e9)
+    """Make path look last used `seconds` ago (from now, not from collection: a full
+    suite reaches these tests minutes after collecting them)."""
+    ns = time.time_ns() - int(seconds * 1e9)
     os.utime(path, ns=(ns, ns))
 
 

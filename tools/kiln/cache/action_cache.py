@@ -5,7 +5,7 @@ On disk, under the cache root:
     ac/<first 2 hex digits of the key>/<key>
 
 Each entry is one ActionResult as canonical JSON (sorted keys, no spaces),
-written whole or not at all (atomic.py), mode 0444:
+written whole or not at all (atomic.py, without fsync: see put), mode 0444:
 
     {"execution_seconds":1.5,"exit_code":0,
      "output_files":[{"digest":{"hash":"<64 hex>","size":123},
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kiln.cache.atomic import write_atomic
+from kiln.cache.atomic import mark_used, write_atomic
 from kiln.cache.cas import ContentStore
 from kiln.cache.digest import Digest
 
@@ -224,7 +224,10 @@ class ActionCache:
             return None
 
     def put(self, key: str, result: ActionResult) -> None:
-        write_atomic(self.path(key), result.to_json(), 0o444)
+        # Not fsynced (half of an action's fsyncs): after a power cut the entry is
+        # whole, missing or empty, and get() reads the last two as misses. The
+        # blobs it names were fsynced before, so a surviving entry names none lost.
+        write_atomic(self.path(key), result.to_json(), 0o444, sync=False)
 
     def lookup(self, key: str, cas: ContentStore) -> ActionResult | None:
         """The result, only if every blob it names is in cas; a hit touches them all."""
@@ -232,8 +235,7 @@ class ActionCache:
         if result is None:
             return None
         # Touch before checking: a collection that starts now then spares them.
-        with contextlib.suppress(FileNotFoundError, PermissionError):
-            os.utime(self.path(key))
+        mark_used(self.path(key))
         named = result.digests()
         for digest, executable in named:
             cas.touch(digest, executable)

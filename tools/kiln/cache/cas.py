@@ -25,11 +25,17 @@ way an executor leaves an action's outputs once the action has finished (as
 Bazel does) to capture them without copying. Anything else may still be
 written in place by someone, or would change mode under its owner's feet
 (a blob stored again as executable, for one), so it is copied. Linking
-refreshes the source's mtime: it is the blob's inode now.
+refreshes the source's times: it is the blob's inode now.
 
-The mtime of a blob is its last use, for LRU garbage collection (gc.py):
-put_file sets it, touch() refreshes it, the action cache touches the blobs a
-hit names.
+put_stream stores a download: it hashes the bytes as they are written to
+the temp file and publishes them only if they match the digest they were
+asked for by (BlobMismatch otherwise), so a tampered or truncated download
+never becomes a blob.
+
+The access time of a blob is its last use, for LRU garbage collection
+(gc.py): put_file sets it, touch() refreshes it (atime only: the mtime of a
+blob never changes, see atomic.mark_used), the action cache touches the
+blobs a hit names.
 """
 
 from __future__ import annotations
@@ -37,22 +43,29 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import queue
 import shutil
 import stat
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from kiln.cache.atomic import (
     TEMP_PREFIX,
     make_dirs,
+    mark_used,
     publish,
     temp_path,
     unlink_quietly,
 )
-from kiln.cache.digest import Digest, digest_bytes, digest_file, new_hasher
+from kiln.cache.digest import Digest, Hasher, digest_bytes, digest_file, new_hasher
 from kiln.errors import KilnError
 
 _BUFFER_SIZE = 1 << 20
+# put_stream hashes on a second thread from this size on, through this many buffers.
+_PIPELINE_MIN = 4 * _BUFFER_SIZE
+_PIPELINE_BUFFERS = 4
 _COPY_CHUNK = 1 << 30
 # copy_file_range() failures that mean "use read/write": not across these
 # filesystems, not on this kernel, not for these files.
@@ -62,6 +75,10 @@ _NO_COPY_FILE_RANGE = frozenset(
 # link() failures that mean "copy instead": another filesystem, a filesystem
 # without hard links, too many links, or protected_hardlinks.
 _CANNOT_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES})
+
+
+class BlobMismatch(KilnError):
+    """A blob's content is not what its digest says (a tampered or truncated download)."""
 
 
 def _mode(executable: bool) -> int:
@@ -90,8 +107,7 @@ class ContentStore:
 
     def touch(self, digest: Digest, executable: bool = False) -> None:
         """Mark the blob as used now; a missing blob is not an error."""
-        with contextlib.suppress(FileNotFoundError, PermissionError):
-            os.utime(self.path(digest, executable))
+        mark_used(self.path(digest, executable))
 
     def put_file(self, src: Path, digest: Digest | None = None, executable: bool = False) -> Digest:
         """Store src's content; `digest`, when given, is trusted to be its digest."""
@@ -140,6 +156,38 @@ class ContentStore:
             raise
         return digest
 
+    def put_stream(
+        self, digest: Digest, readinto: Callable[[memoryview], int], executable: bool = False
+    ) -> None:
+        """Store a blob that arrives in pieces (a download), checked against digest.
+
+        readinto fills the buffer it is given and returns the byte count, 0 at the
+        end, as a file's or an HTTP response's readinto does. The content is hashed
+        as it is written to a temp file, and published only if its size and hash
+        are digest's: otherwise BlobMismatch, and nothing is stored. At most
+        digest.size + 1 bytes are read, so an endless source cannot fill the disk.
+        """
+        dest = self.path(digest, executable)
+        make_dirs(dest.parent)
+        temp = temp_path(dest.parent)
+        hasher = new_hasher(self.function)
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                size = _receive(readinto, fd, hasher, digest.size + 1)
+                if size != digest.size:
+                    got = "more" if size > digest.size else str(size)
+                    raise BlobMismatch(f"{got} bytes where its digest {digest} says {digest.size}")
+                if hasher.hexdigest() != digest.hash:
+                    raise BlobMismatch(f"content does not hash to its digest {digest}")
+                _seal(fd, _mode(executable))
+            finally:
+                os.close(fd)
+            publish(temp, dest)
+        except BaseException:
+            unlink_quietly(temp)
+            raise
+
     def read_bytes(self, digest: Digest) -> bytes:
         """The blob's content, checked against its digest."""
         for executable in (False, True):
@@ -162,7 +210,10 @@ class ContentStore:
             raise KilnError(f"blob {digest} is not in the local cache") from None
         if blob_stat.st_size != digest.size:
             raise KilnError(f"corrupt blob in the local cache (wrong size): {blob}")
-        make_dirs(dest.parent)
+        if not os.path.isdir(dest.parent):
+            # Outside the store (kiln-out/, an execroot): a directory lost to a
+            # power cut costs a rebuild, not the cache's integrity, so no fsyncs.
+            os.makedirs(dest.parent, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             if os.path.samestat(os.lstat(dest), blob_stat):
                 return
@@ -277,6 +328,57 @@ def _copy(src: Path, fd: int) -> int:
                 chunk = chunk[os.write(fd, chunk) :]
             size += n
     return size
+
+
+def _receive(readinto: Callable[[memoryview], int], fd: int, hasher: Hasher, limit: int) -> int:
+    """Copy at most limit bytes from readinto to fd, hashing them; the number copied.
+
+    A large blob is hashed on a second thread while the next buffer is received
+    and written: hashlib and blake3 release the GIL, so hashing (SHA-256 about
+    1.5 GB/s) overlaps the transfer instead of adding to it. Measured on a
+    500 MB download from nginx on loopback: about 1.3x faster than hashing in
+    line (bench/bench_remote_cache.py).
+    """
+    size = 0
+    if limit <= _PIPELINE_MIN:
+        view = memoryview(bytearray(_BUFFER_SIZE))
+        while size < limit and (n := readinto(view[: min(_BUFFER_SIZE, limit - size)])):
+            hasher.update(view[:n])
+            _write_all(fd, view[:n])
+            size += n
+        return size
+    free: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
+    full: queue.SimpleQueue[tuple[bytearray, int] | None] = queue.SimpleQueue()
+    for _ in range(_PIPELINE_BUFFERS):
+        free.put(bytearray(_BUFFER_SIZE))
+
+    def hash_buffers() -> None:
+        while (item := full.get()) is not None:
+            buffer, n = item
+            hasher.update(memoryview(buffer)[:n])
+            free.put(buffer)  # only now may the receiving side fill it again
+
+    thread = threading.Thread(target=hash_buffers, name="kiln-hash", daemon=True)
+    thread.start()
+    try:
+        while size < limit:
+            buffer = free.get()
+            view = memoryview(buffer)
+            n = readinto(view[: min(_BUFFER_SIZE, limit - size)])
+            if not n:
+                break
+            _write_all(fd, view[:n])
+            size += n
+            full.put((buffer, n))
+    finally:
+        full.put(None)
+        thread.join()
+    return size
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
 
 
 def _seal(fd: int, mode: int) -> None:

@@ -92,6 +92,8 @@ class StatusPrinter(Reporter):
             return
         if self.explain and outcome.status == "executed" and outcome.explanation:
             self.print(f"EXPLAIN: {action.mnemonic} {action.owner}: {outcome.explanation}")
+        if self.explain and outcome.remote == "hit":
+            self.print(f"EXPLAIN: {action.mnemonic} {action.owner}: remote cache hit")
         if outcome.status == "executed" and self._live is None:
             self.print(
                 f"[{done} / {self.total}] {action.mnemonic} {action.owner} "

@@ -1,7 +1,9 @@
 """--build_event_json_file: one JSON object per line, for CI systems.
 
 Events: build_started, target_started, action_finished (executed, cached or
-failed, with timings), target_finished, build_finished. Each line is written
+failed, with timings; `cache` names the cache that hit: up-to-date, disk or
+remote; `remote_cache` is hit or miss where the remote cache was asked),
+target_finished, build_finished. Each line is written
 and flushed whole, so a reader tailing the file never sees half an event.
 """
 
@@ -41,6 +43,7 @@ class BuildEventWriter(Reporter):
             status=outcome.status,
             cache_hit=outcome.status == "cached",
             cache=outcome.strategy if outcome.status == "cached" else None,
+            remote_cache=outcome.remote or None,  # hit, miss; null: not asked
             strategy=outcome.strategy,
             key=outcome.key,
             seconds=round(outcome.seconds, 6),
