@@ -5,7 +5,8 @@ making the same torch calls, in one run.
 
 For each model, alternately:
 
-  script   one fresh `python` process that builds the model (seeded), runs
+  script   one fresh `python` process that makes the weights (resnet: seeded init,
+           saved as safetensors, as kiln's model_weights step), builds the model, runs
            torch.export.export and torch.export.save, loads the program back,
            runs torch._inductor.aoti_compile_and_package into a fresh, empty
            inductor cache, then in a second fresh process loads the package and
@@ -34,19 +35,26 @@ PYTHON = str(REPO / ".venv" / "bin" / "python")
 KILN = str(REPO / ".venv" / "bin" / "kiln")
 
 MODELS = {
-    # name: (module, example shape, dynamic batch range)
-    "mlp": ("mlp", [8, 10], (1, 64)),
-    "resnet": ("resnet", [2, 3, 224, 224], (1, 16)),
+    # name: (module, example shape, dynamic batch range, weights: a file, or a seed to make them)
+    "mlp": ("mlp", [8, 10], (1, 64), "models/mlp.safetensors"),
+    "resnet": ("resnet", [2, 3, 224, 224], (1, 16), "18"),
 }
 
 SCRIPT = textwrap.dedent(
     """
     import os, sys, torch, torch._inductor
     sys.path.insert(0, "models")
+    from safetensors.torch import load_file, save_file
     module, out = sys.argv[1], sys.argv[2]
-    shape, lo, hi = eval(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    shape, lo, hi, weights = eval(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+    if weights.isdigit():  # kiln's model_weights step: seeded init, saved
+        torch.manual_seed(int(weights))
+        state = {k: v.contiguous() for k, v in __import__(module).build().state_dict().items()}
+        save_file(state, out + ".safetensors")
+        weights = out + ".safetensors"
     torch.manual_seed(0)
     model = __import__(module).build().eval()
+    model.load_state_dict(load_file(weights))
     x = torch.randn(*shape)
     batch = torch.export.Dim("batch", min=lo, max=hi)
     with torch.no_grad():
@@ -61,10 +69,11 @@ VALIDATE = textwrap.dedent(
     """
     import sys, torch, torch._inductor
     sys.path.insert(0, "models")
+    from safetensors.torch import load_file
     module, out = sys.argv[1], sys.argv[2]
-    shape, lo, hi = eval(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-    torch.manual_seed(0)
+    shape, lo, hi, weights = eval(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
     model = __import__(module).build().eval()
+    model.load_state_dict(load_file(out + ".safetensors" if weights.isdigit() else weights))
     package = torch._inductor.aoti_load_package(out + ".pt2")
     for b in (lo, shape[0], hi):
         x = torch.randn(b, *shape[1:])
@@ -94,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"{'model':<8} {'script':>9} {'kiln':>9} {'overhead':>9} {'kiln no-op':>11}")
     for name in args.models:
-        module, shape, (lo, hi) = MODELS[name]
+        module, shape, (lo, hi), weights = MODELS[name]
         for run in range(args.runs):
             tmp = Path(tempfile.mkdtemp(prefix="kiln-bench-models-"))
             try:
@@ -105,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                     XDG_CACHE_HOME=str(tmp / "cache"),
                     TORCHINDUCTOR_CACHE_DIR=str(tmp / f"inductor-{run}"),
                 )
-                argv_common = [module, str(tmp / name), repr(shape), str(lo), str(hi)]
+                argv_common = [module, str(tmp / name), repr(shape), str(lo), str(hi), weights]
                 script = timed([PYTHON, "-c", SCRIPT, *argv_common], root, env)
                 script += timed([PYTHON, "-c", VALIDATE, *argv_common], root, env)
                 kiln_env = {k: v for k, v in env.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
