@@ -83,6 +83,8 @@ def mlp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelWorkspace]:
     workspace = make_workspace(base / "ws", base / "cache")
     first = workspace.build("//models:mlp_pt2")
     assert first.code == 0, first.err
+    # The build output shows the largest error validation found.
+    assert "INFO: From AotiValidate //models:mlp_pt2:\nvalidated: max abs error" in first.err
     yield workspace
 
 

@@ -232,3 +232,9 @@ def test_action_env_reaches_the_action_and_its_key(ws: Workspace) -> None:
     changed = ws.kiln("build", "//app:x", "--action_env=GREETING=bye")
     assert changed.executed == 1
     assert ws.out("app/x.out") == "bye\n"
+
+
+def test_what_an_action_prints_is_shown_as_bazel_does(ws: Workspace) -> None:
+    ws.write("app/BUILD", 'genrule(name = "x", outs = ["x.out"], cmd = "echo hello; touch $@")\n')
+    run = ws.kiln("build", "//app:x")
+    assert "INFO: From Executing genrule //app:x:\nhello" in run.err

@@ -99,6 +99,9 @@ class StatusPrinter(Reporter):
                 f"[{done} / {self.total}] {action.mnemonic} {action.owner} "
                 f"({outcome.strategy}, {outcome.seconds:.2f}s)"
             )
+        if outcome.status == "executed" and outcome.stdout.strip():
+            # Like Bazel, what an action printed (AotiValidate: the largest error).
+            self.print(f"INFO: From {action.describe()}:\n{outcome.stdout.rstrip()}")
 
     def close(self) -> None:
         if self._live is not None:

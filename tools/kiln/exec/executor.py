@@ -1,8 +1,11 @@
 """Executing one action: key, cache lookup, run in an execroot, store, deliver.
 
     digests of inputs -> key -> action cache hit?  -> materialize outputs
+                                          miss     -> remote cache hit? (remote_spawn_cache.py)
+                                                      -> download, verify -> materialize
                                           miss     -> execroot -> run -> check outputs
                                                       -> CAS + action cache -> materialize
+                                                      -> upload to the remote cache
 
 Outputs reach kiln-out/ as hardlinks of CAS blobs, each placed atomically,
 so no partial file is ever visible there. Nothing is cached for an action
@@ -12,7 +15,9 @@ that failed or was interrupted.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,6 +36,7 @@ from kiln.exec.explain import ExplainLog
 from kiln.exec.local_runner import LocalRunner, RunResult
 
 if TYPE_CHECKING:
+    from kiln.exec.remote_spawn_cache import RemoteSpawnCache
     from kiln.workers.pool import WorkerPool
 
 Status = Literal["cached", "executed", "failed"]
@@ -54,11 +60,13 @@ class ActionOutcome:
     status: Status
     key: str = ""
     seconds: float = 0.0
-    strategy: str = ""  # local, worker, write, or the cache that hit: disk
+    strategy: str = ""  # local, worker, write, or the cache that hit: disk, remote
     lane: str = ""
     message: str = ""  # why it failed
     output_text: str = ""  # the action's stdout and stderr, shown on failure
     explanation: str = ""
+    remote: str = ""  # the remote cache: hit, miss, or "" (not asked)
+    stdout: str = ""  # what a successful action printed, shown as Bazel's "INFO: From ..."
 
 
 @dataclass
@@ -72,6 +80,7 @@ class Executor:
     options: ExecOptions
     state: ActionState
     runner: LocalRunner = field(default_factory=LocalRunner)
+    remote: RemoteSpawnCache | None = None  # --remote_cache
     output_digests: dict[str, Digest] = field(default_factory=dict)
     _pool: WorkerPool | None = None
     _pool_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -113,14 +122,32 @@ class Executor:
                 return ActionOutcome(
                     action, "cached", key.key, time.monotonic() - start, "disk", lane
                 )
+        remote = ""
+        if self.remote is not None:
+            result, remote = self.remote.lookup(action, key.key)
+            if result is not None:
+                try:
+                    self._deliver(action, key, result)
+                except KilnError:
+                    remote = "miss"  # a blob was collected meanwhile: run it
+                else:
+                    self.explain_log.record(action, key)
+                    seconds = time.monotonic() - start
+                    return ActionOutcome(
+                        action, "cached", key.key, seconds, "remote", lane, remote="hit"
+                    )
         digests = self._input_files(action)
         explanation = self.explain_log.why(action, key) if self.options.explain else ""
+        if remote == "miss" and explanation:
+            explanation = "remote cache miss; " + explanation
         if action.content is not None:
             outcome = self._write(action, key, lane)
         else:
             outcome = self._run(action, key, digests, lane)
         if outcome.status == "executed":
             self.explain_log.record(action, key)
+            if self.remote is not None:
+                self.remote.upload(key.key)
         return ActionOutcome(
             action,
             outcome.status,
@@ -131,6 +158,8 @@ class Executor:
             outcome.message,
             outcome.output_text,
             explanation,
+            remote,
+            outcome.stdout,
         )
 
     # -- pieces ---------------------------------------------------------------
@@ -223,8 +252,11 @@ class Executor:
             outputs = []
             for path in _output_files(root, action):
                 executable = os.access(root / path, os.X_OK)
+                _seal_output(root / path, executable)
                 digest = self.cas.put_file(root / path, executable=executable)
                 outputs.append(OutputFile(path, digest, executable))
+            _seal_output(stdout, False)
+            _seal_output(stderr, False)
             result = ActionResult(
                 output_files=tuple(outputs),
                 exit_code=0,
@@ -238,10 +270,17 @@ class Executor:
             self.action_cache.put(key.key, result)
             self._deliver(action, key, result)
             return ActionOutcome(
-                action, "executed", key.key, run.seconds, strategy, lane, output_text=text
+                action,
+                "executed",
+                key.key,
+                run.seconds,
+                strategy,
+                lane,
+                output_text=text,
+                stdout=_read_text(stdout),
             )
         finally:
-            self.execroots.remove(root)
+            self.execroots.release(root)
 
     def _forget_inputs(self, action: Action, digests: dict[str, Digest]) -> None:
         del action
@@ -303,8 +342,11 @@ class Executor:
         self.state.record(action.primary_output.path, key.key, result)
 
     def shutdown(self) -> None:
+        self.execroots.close()
         if self._pool is not None:
             self._pool.shutdown()
+        if self.remote is not None:
+            self.remote.close()
 
     def interrupt(self) -> None:
         self.runner.kill_all()
@@ -323,6 +365,27 @@ def _output_files(root: Path, action: Action) -> list[str]:
             rel = os.path.relpath(dirpath, root)
             paths.extend(f"{rel}/{name}" for name in sorted(names))
     return paths
+
+
+def _seal_output(path: Path, executable: bool) -> None:
+    """Give a finished action's file its blob mode, so put_file links it into the CAS.
+
+    A link costs no copy, and removing the execroot then frees no data. Only a
+    regular file with a single link is changed: never a symlink's target, nor
+    an inode the action linked from elsewhere (a blob among its inputs).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return  # a symlink: put_file copies what it points to
+        raise
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            os.fchmod(fd, 0o555 if executable else 0o444)
+    finally:
+        os.close(fd)
 
 
 def _clear_stale(directory: Path, keep: set[str]) -> None:
