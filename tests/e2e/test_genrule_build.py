@@ -238,3 +238,21 @@ def test_what_an_action_prints_is_shown_as_bazel_does(ws: Workspace) -> None:
     ws.write("app/BUILD", 'genrule(name = "x", outs = ["x.out"], cmd = "echo hello; touch $@")\n')
     run = ws.kiln("build", "//app:x")
     assert "INFO: From Executing genrule //app:x:\nhello" in run.err
+
+
+def test_an_executable_output_can_be_the_input_of_another_action(ws: Workspace) -> None:
+    ws.write(
+        "app/BUILD",
+        """
+        genrule(name = "tool", outs = ["tool.sh"], executable = True,
+                cmd = "printf '#!/bin/sh\\\\necho from-tool' > $@; chmod +x $@")
+        genrule(name = "use", outs = ["use.out"], tools = [":tool"],
+                cmd = "./$(location :tool) > $@")
+        """,
+    )
+    run = ws.kiln("build", "//app:use")
+    assert run.code == 0, run.err
+    assert ws.out("app/use.out") == "from-tool\n"
+    assert ws.kiln("clean").code == 0
+    assert ws.kiln("build", "//app:use").hits == 2  # from the disk cache, still executable
+    assert ws.out("app/use.out") == "from-tool\n"

@@ -53,8 +53,15 @@ class Execroots:
         if self.base.exists():
             shutil.rmtree(self.base, ignore_errors=True)
 
-    def create(self, action: Action, key: str, inputs: dict[str, Digest]) -> Path:
-        """An execroot holding `inputs` (every concrete input file, by path)."""
+    def create(
+        self,
+        action: Action,
+        key: str,
+        inputs: dict[str, Digest],
+        executable: frozenset[str] | set[str] = frozenset(),
+    ) -> Path:
+        """An execroot holding `inputs` (every concrete input file, by path); the
+        generated ones named in `executable` come from the CAS's executable copies."""
         del key  # execroots are reused: their names say nothing of their action
         needed = {_TMP}
         for path in inputs:
@@ -69,7 +76,8 @@ class Execroots:
             os.mkdir(root / directory)
         for path, digest in inputs.items():
             if _generated(path):
-                self.cas.materialize(digest, root / path)  # a no-op if already that blob
+                # a no-op if already that blob
+                self.cas.materialize(digest, root / path, path in executable)
             elif path not in present:
                 os.symlink(links[path], root / path)
         return root

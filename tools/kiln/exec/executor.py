@@ -86,6 +86,8 @@ class Executor:
     _pool_lock: threading.Lock = field(default_factory=threading.Lock)
     # Keys by id(action); the action is kept too, so its id is never reused meanwhile.
     _keys: dict[int, tuple[Action, ActionKey]] = field(default_factory=dict)
+    # Generated files that are executable: their blobs are the CAS's ".x" copies.
+    executable_outputs: set[str] = field(default_factory=set)
     # Directory outputs already built: directory path -> the file paths under it.
     directory_files: dict[str, list[str]] = field(default_factory=dict)
 
@@ -103,6 +105,8 @@ class Executor:
             return None
         for out in outputs:
             self.output_digests[out.path] = out.digest
+            if out.is_executable:
+                self.executable_outputs.add(out.path)
         for directory in (f.path for f in action.outputs if f.directory):
             prefix = directory + "/"
             self.directory_files[directory] = [o.path for o in outputs if o.path.startswith(prefix)]
@@ -202,7 +206,7 @@ class Executor:
     def _run(
         self, action: Action, key: ActionKey, digests: dict[str, Digest], lane: str
     ) -> ActionOutcome:
-        root = self.execroots.create(action, key.key, digests)
+        root = self.execroots.create(action, key.key, digests, self.executable_outputs)
         stdout, stderr = root / ".tmp" / "stdout", root / ".tmp" / "stderr"
         try:
             env = dict(action.env)
@@ -331,6 +335,8 @@ class Executor:
             _clear_stale(self.workspace_root / directory, {p[len(directory) + 1 :] for p in inside})
         for output in result.output_files:
             self.output_digests[output.path] = output.digest
+            if output.is_executable:
+                self.executable_outputs.add(output.path)
             dest = self.workspace_root / output.path
             blob = self.cas.path(output.digest, output.is_executable)
             try:
