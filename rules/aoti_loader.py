@@ -21,14 +21,12 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from kiln.analysis.context import RuleContext
+from kiln.cc_templates import class_name, environment
 from kiln.exec.action import File
 from kiln.rules.torch_model import TorchModelInfo
-
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 # torch_model's dtype names -> c10::ScalarType enumerators.
 SCALAR_TYPES = {
@@ -100,17 +98,7 @@ def loader_files(name: str) -> dict[str, str]:
 
 def render_loader(source: LoaderSource) -> dict[str, str]:
     """File name -> text of the generated library."""
-    import jinja2  # only analysis of an aoti_package needs it, never loading or query
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
-    env.filters["cxx_string"] = cxx_string
+    env = environment()  # imports jinja2, which loading and query never need
     context = template_context(source)
     return {
         filename: env.get_template(template).render(context)
@@ -189,13 +177,6 @@ def _example_error(inputs: list[dict[str, Any]]) -> str:
     return f"expected {count} input{'s' if count != 1 else ''} ({names}), got {count + 1}"
 
 
-def class_name(target: str) -> str:
-    """The C++ class of a target: resnet_pt2 -> ResnetPt2, mlp-v2.cpu -> MlpV2Cpu."""
-    parts = [p for p in re.split(r"[^A-Za-z0-9]+", target) if p]
-    name = "".join(p[0].upper() + p[1:] for p in parts) or "Model"
-    return f"Model{name}" if name[0].isdigit() else name
-
-
 def _parameter(name: str, taken: set[str]) -> str:
     """A C++ parameter name for an input: an identifier, no keyword, not used before."""
     ident = re.sub(r"[^A-Za-z0-9_]", "_", name) or "input"
@@ -207,17 +188,3 @@ def _parameter(name: str, taken: set[str]) -> str:
         ident += "_"
     taken.add(ident)
     return ident
-
-
-def cxx_string(text: str) -> str:
-    """A C++ string literal for text: printable ASCII as is, everything else octal-escaped."""
-    out = []
-    for byte in text.encode():
-        char = chr(byte)
-        if char in '"\\?':
-            out.append("\\" + char)
-        elif 0x20 <= byte < 0x7F:
-            out.append(char)
-        else:
-            out.append(f"\\{byte:03o}")
-    return '"' + "".join(out) + '"'

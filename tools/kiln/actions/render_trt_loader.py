@@ -22,15 +22,13 @@ part of the action key through kiln.exec.toolchain.actions_digest().
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from kiln.actions import spec as action_spec
 from kiln.actions.spec import ActionFailure
-
-TEMPLATES = Path(__file__).resolve().parent.parent / "rules" / "templates"
+from kiln.cc_templates import class_name, environment
 
 # dtype names (torch's) -> nvinfer1::DataType enumerators and their sizes in bytes.
 TRT_DTYPES = {
@@ -70,7 +68,6 @@ def loader_files(name: str, *, cc_loader: bool = True) -> dict[str, str]:
 
 def render(manifest: dict[str, Any], *, cc_loader: bool = True) -> dict[str, str]:
     """File name -> text of the loader folder."""
-    import jinja2
 
     raw = manifest["raw_engine"]
     if cc_loader and not raw["deployable"]:
@@ -80,15 +77,7 @@ def render(manifest: dict[str, Any], *, cc_loader: bool = True) -> dict[str, str
             "Set require_full_compilation = True (and see which ops TensorRT cannot convert), "
             "or cc_loader = False to build the .ep and engines without the C++ loader"
         )
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
-    env.filters["cxx_string"] = cxx_string
+    env = environment()  # imports jinja2, which loading and query never need
     env.filters["py_string"] = json.dumps
     context = template_context(manifest, cc_loader=cc_loader)
     return {
@@ -195,27 +184,6 @@ def _example_error(inputs: list[dict[str, Any]]) -> str:
                 if (lo != hi) == wanted_dynamic:
                     return f"input '{spec['name']}' dim {axis} is {hi + 1}, outside [{lo}, {hi}]"
     return f"expected {len(inputs)} input shapes, got {len(inputs) + 1}"
-
-
-def class_name(target: str) -> str:
-    """The C++ class of a target: mlp_win -> MlpWin, resnet-18.trt -> Resnet18Trt."""
-    parts = [p for p in re.split(r"[^A-Za-z0-9]+", target) if p]
-    name = "".join(p[0].upper() + p[1:] for p in parts) or "Model"
-    return f"Model{name}" if name[0].isdigit() else name
-
-
-def cxx_string(text: str) -> str:
-    """A C++ string literal for text: printable ASCII as is, everything else octal-escaped."""
-    out = []
-    for byte in str(text).encode():
-        char = chr(byte)
-        if char in '"\\?':
-            out.append("\\" + char)
-        elif 0x20 <= byte < 0x7F:
-            out.append(char)
-        else:
-            out.append(f"\\{byte:03o}")
-    return '"' + "".join(out) + '"'
 
 
 if __name__ == "__main__":

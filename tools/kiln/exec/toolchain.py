@@ -53,7 +53,8 @@ def actions_digest() -> str:
     """A digest of kiln's action code: changing how an action works changes its key.
 
     The templates that actions render (rules/templates/trt_*: the TensorRT loaders,
-    rendered by kiln.actions.render_trt_loader) count as action code too.
+    rendered by kiln.actions.render_trt_loader) and kiln.cc_templates count as
+    action code too.
     """
     kiln = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
@@ -61,6 +62,8 @@ def actions_digest() -> str:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     for path in sorted((kiln / "rules" / "templates").glob("trt_*")):
         digest.update(b"templates/" + path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    # The rendering helpers those actions share with the rules.
+    digest.update((kiln / "cc_templates.py").read_bytes())
     return digest.hexdigest()[:16]
 
 
