@@ -67,7 +67,7 @@ def cpu_target_env(cpu_target: str) -> dict[str, str]:
 SHARED_TMP = Path("/tmp/kiln-torch-tmp")
 
 
-def _pin_temp_dirs() -> None:
+def pin_temp_dirs() -> None:
     SHARED_TMP.mkdir(parents=True, exist_ok=True)
     os.environ["TMPDIR"] = str(SHARED_TMP)
     tempfile.tempdir = None
@@ -83,7 +83,7 @@ def main(spec: dict[str, Any]) -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
         os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
         os.environ.update(cpu_target_env(spec["cpu_target"]))
-        _pin_temp_dirs()
+        pin_temp_dirs()
         import torch
 
         program = torch.export.load(spec["program"])
