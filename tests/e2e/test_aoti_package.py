@@ -150,3 +150,23 @@ def test_identical_inputs_give_a_byte_identical_package(
     mine = (mlp.root / "kiln-out/models/mlp_pt2.pt2").read_bytes()
     theirs = (other.root / "kiln-out/models/mlp_pt2.pt2").read_bytes()
     assert mine == theirs
+
+
+def test_noop_rebuild_never_imports_torch(mlp: ModelWorkspace) -> None:
+    script = textwrap.dedent(
+        """
+        import sys
+        from kiln.cli import main
+        code = main(["build", "//models:mlp_pt2"])
+        print(code, "torch" in sys.modules, "pydantic" in sys.modules)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=mlp.root,
+        env=mlp.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == ["0", "False", "False"]
