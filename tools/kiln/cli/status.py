@@ -48,7 +48,8 @@ class StatusPrinter(Reporter):
             from rich.console import Console
             from rich.live import Live
 
-            console = Console(file=self.stream)
+            # The caller decided it is a terminal (e.g. --color / tests): rich must agree.
+            console = Console(file=self.stream, force_terminal=True)
             self._live = Live(
                 self._render(),
                 console=console,
