@@ -15,7 +15,6 @@ Backend "tensorrt" compiles with Torch-TensorRT and needs torch_tensorrt.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from kiln.analysis import LabelAttr, Rule, RuleAttrs
@@ -25,14 +24,6 @@ from kiln.exec.action import File, Resources
 from kiln.exec.toolchain import gpu_properties, package_version, python_toolchain
 from kiln.rules.torch_model import TorchModelInfo
 from pydantic import Field
-
-PYTHON_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "PYTHONHASHSEED": "0",
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "LANG": "C.UTF-8",
-}
-
 
 TRT_DISTRIBUTIONS = ("torch_tensorrt", "torch_tensorrt_rtx")
 
@@ -82,8 +73,8 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
 
     program = ctx.declare_file(f"{name}.ep.pt2")
     export_spec = ctx.declare_file(f"{name}.export.json")
-    ctx.actions.write(
-        export_spec, _json({**model.spec(), "device": attrs.device, "output": program.path})
+    ctx.actions.write_json(
+        export_spec, {**model.spec(), "device": attrs.device, "output": program.path}
     )
     _python(
         ctx,
@@ -98,9 +89,9 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
 
     package = ctx.declare_file(f"{name}.pt2")
     package_spec = ctx.declare_file(f"{name}.package.json")
-    ctx.actions.write(
+    ctx.actions.write_json(
         package_spec,
-        _json(
+        (
             {
                 "program": program.path,
                 "output": package.path,
@@ -129,9 +120,9 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
     if attrs.validate_:
         report = ctx.declare_file(f"{name}.validation.json")
         validate_spec = ctx.declare_file(f"{name}.validate.json")
-        ctx.actions.write(
+        ctx.actions.write_json(
             validate_spec,
-            _json(
+            (
                 {
                     **model.spec(),
                     "package": package.path,
@@ -177,16 +168,15 @@ def _python(
     *,
     workers: bool = True,
 ) -> None:
-    ctx.actions.run(
+    ctx.actions.run_python(
         mnemonic=mnemonic,
-        argv=[ctx.python, "-m", f"kiln.actions.{module}", spec.path],
-        inputs=[spec, *inputs],
+        module=module,
+        spec=spec,
+        inputs=inputs,
         outputs=outputs,
-        env=PYTHON_ENV,
         platform=platform,
         resources=resources,
         supports_workers=workers,
-        progress_message=f"{mnemonic} {ctx.label}",
     )
 
 
@@ -202,10 +192,6 @@ def _tensorrt_settings(attrs: AotiPackageAttrs) -> dict[str, Any]:
     if attrs.use_explicit_typing is not None:
         settings["use_explicit_typing"] = attrs.use_explicit_typing
     return settings
-
-
-def _json(value: dict[str, Any]) -> str:
-    return json.dumps(value, indent=2, sort_keys=True) + "\n"
 
 
 RULE = Rule(

@@ -15,7 +15,6 @@ are not worth checking in still has real, strictly-matched weights.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from kiln.analysis import LabelAttr, LabelListAttr, OutputAttr, Rule, RuleAttrs
@@ -23,7 +22,6 @@ from kiln.analysis.context import RuleContext
 from kiln.analysis.providers import DefaultInfo
 from kiln.exec.action import Resources
 from kiln.exec.toolchain import python_toolchain
-from kiln.rules.aoti_package import PYTHON_ENV
 from pydantic import Field
 
 
@@ -48,17 +46,15 @@ def implementation(ctx: RuleContext[ModelWeightsAttrs]) -> list[object]:
         "weights": None,
         "seed": attrs.seed,
     }
-    ctx.actions.write(spec, json.dumps({"model": model, "output": weights.path}, indent=2))
-    ctx.actions.run(
+    ctx.actions.write_json(spec, {"model": model, "output": weights.path})
+    ctx.actions.run_python(
         mnemonic="ModelWeights",
-        argv=[ctx.python, "-m", "kiln.actions.init_weights", spec.path],
-        inputs=[spec, *sources],
+        module="init_weights",
+        spec=spec,
+        inputs=sources,
         outputs=[weights],
-        env=PYTHON_ENV,
         platform=python_toolchain("torch", "safetensors"),
         resources=Resources(cpu=1, memory_mb=2000),
-        supports_workers=True,
-        progress_message=f"ModelWeights {ctx.label}",
     )
     return [DefaultInfo((weights,))]
 

@@ -32,18 +32,16 @@ is set. The error says what is missing and what to install.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
 from kiln.analysis import LabelAttr, Rule, RuleAttrs
-from kiln.analysis.context import RuleContext
+from kiln.analysis.context import PYTHON_ACTION_ENV, RuleContext
 from kiln.analysis.providers import DefaultInfo
 from kiln.exec import trt_probe
 from kiln.exec.action import File, Resources
 from kiln.exec.toolchain import python_toolchain
-from kiln.rules.aoti_package import PYTHON_ENV
 from kiln.rules.torch_model import DType, TorchModelInfo
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -307,7 +305,7 @@ def implementation(ctx: RuleContext[TrtEngineBaseAttrs]) -> list[object]:
     except ValueError as error:
         raise ctx.error(str(error)) from None
 
-    found = trt_probe.probe(ctx.python, PYTHON_ENV)
+    found = trt_probe.probe(ctx.python, PYTHON_ACTION_ENV)
     failed = trt_probe.preflight(found, target)
     if failed is not None:
         raise ctx.error(failed.message, hint=failed.hint)
@@ -318,9 +316,9 @@ def implementation(ctx: RuleContext[TrtEngineBaseAttrs]) -> list[object]:
     manifest = ctx.declare_file(f"{name}.manifest.json")
     engines = ctx.declare_directory(f"{name}.engines")
     spec = ctx.declare_file(f"{name}.trt.json")
-    ctx.actions.write(
+    ctx.actions.write_json(
         spec,
-        _json(
+        (
             {
                 **model.spec(),
                 "device": "cuda",
@@ -340,23 +338,22 @@ def implementation(ctx: RuleContext[TrtEngineBaseAttrs]) -> list[object]:
             }
         ),
     )
-    ctx.actions.run(
+    ctx.actions.run_python(
         mnemonic="TrtEngine",
-        argv=[ctx.python, "-m", "kiln.actions.trt_engine", spec.path],
-        inputs=[spec, *model.files],
+        module="trt_engine",
+        spec=spec,
+        inputs=model.files,
         outputs=[program, manifest, engines],
-        env=PYTHON_ENV,
         platform=platform,
         resources=Resources(cpu=1, gpu=1, memory_mb=attrs.memory_mb),
-        supports_workers=True,
         progress_message=f"TrtEngine {ctx.label} ({target})",
     )
 
     loader = ctx.declare_directory(f"{name}_loader")
     loader_spec = ctx.declare_file(f"{name}.loader.json")
-    ctx.actions.write(
+    ctx.actions.write_json(
         loader_spec,
-        _json(
+        (
             {
                 "label": ctx.label,
                 "name": name,
@@ -366,23 +363,17 @@ def implementation(ctx: RuleContext[TrtEngineBaseAttrs]) -> list[object]:
             }
         ),
     )
-    ctx.actions.run(
+    ctx.actions.run_python(
         mnemonic="TrtLoader",
-        argv=[ctx.python, "-m", "kiln.actions.render_trt_loader", loader_spec.path],
-        inputs=[loader_spec, manifest],
+        module="render_trt_loader",
+        spec=loader_spec,
+        inputs=[manifest],
         outputs=[loader],
-        env=PYTHON_ENV,
         platform=python_toolchain("jinja2"),
         resources=Resources(cpu=1, gpu=0, memory_mb=200),
-        supports_workers=True,
-        progress_message=f"TrtLoader {ctx.label}",
     )
     info = TrtEngineInfo(ctx.label, target, program, manifest, engines, loader)
     return [DefaultInfo((program, manifest, engines, loader)), info]
-
-
-def _json(value: dict[str, Any]) -> str:
-    return json.dumps(value, indent=2, sort_keys=True) + "\n"
 
 
 RULE = Rule(

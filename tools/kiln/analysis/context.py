@@ -8,6 +8,7 @@ never imports torch: it only describes work for the executor.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
@@ -24,10 +25,50 @@ class AnalysisError(KilnError):
     pass
 
 
+# The whole environment of a Python action: nothing of the user's shell leaks in.
+PYTHON_ACTION_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "PYTHONHASHSEED": "0",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "LANG": "C.UTF-8",
+}
+
+
 class ActionFactory:
-    def __init__(self, owner: str):
+    def __init__(self, owner: str, python: str = sys.executable):
         self.owner = owner
+        self.python = python
         self.declared: list[Action] = []
+
+    def run_python(
+        self,
+        *,
+        mnemonic: str,
+        module: str,
+        spec: File,
+        inputs: Sequence[File],
+        outputs: Sequence[File],
+        platform: dict[str, str],
+        resources: Resources,
+        supports_workers: bool = True,
+        progress_message: str = "",
+    ) -> Action:
+        """`python -m kiln.actions.<module> <spec>`: the form persistent workers run."""
+        return self.run(
+            mnemonic=mnemonic,
+            argv=[self.python, "-m", f"kiln.actions.{module}", spec.path],
+            inputs=[spec, *inputs],
+            outputs=outputs,
+            env=PYTHON_ACTION_ENV,
+            platform=platform,
+            resources=resources,
+            supports_workers=supports_workers,
+            progress_message=progress_message or f"{mnemonic} {self.owner}",
+        )
+
+    def write_json(self, output: File, value: dict[str, Any]) -> Action:
+        """An action's spec: canonical JSON, so equal specs are equal bytes."""
+        return self.write(output, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
     def run(
         self,
@@ -86,7 +127,7 @@ class RuleContext(Generic[A]):
         self.attrs = attrs
         self.package = label[2 : label.index(":")]
         self.name = label[label.index(":") + 1 :]
-        self.actions = ActionFactory(label)
+        self.actions = ActionFactory(label, python)
         self.python = python  # the interpreter that runs Python actions
         self._deps = deps
         self._declared: set[str] = set()
