@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kiln.analysis import Rule
+    from kiln.rule_api import Rule
 
 # rule name -> module under kiln.rules that defines RULE
 CATALOGUE: dict[str, str] = {

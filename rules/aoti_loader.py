@@ -23,9 +23,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kiln.analysis.context import RuleContext
+from kiln.action_graph import File
 from kiln.cc_templates import class_name, environment
-from kiln.exec.action import File
+from kiln.rule_api.context import RuleContext
 from kiln.rules.torch_model import TorchModelInfo
 
 # torch_model's dtype names -> c10::ScalarType enumerators.

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from kiln.analysis import LabelAttr, Rule, RuleAttrs
-from kiln.analysis.context import RuleContext
-from kiln.analysis.providers import DefaultInfo
-from kiln.exec.action import File, Resources
+from kiln.action_graph import File, Resources
 from kiln.exec.toolchain import gpu_properties, package_version, python_toolchain
+from kiln.rule_api import LabelAttr, Rule, RuleAttrs
+from kiln.rule_api.context import RuleContext
+from kiln.rule_api.providers import DefaultInfo
 from kiln.rules.torch_model import TorchModelInfo
 from pydantic import Field
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kiln.analysis import LabelListAttr, Rule, RuleAttrs
-from kiln.analysis.context import RuleContext
-from kiln.analysis.providers import DefaultInfo
+from kiln.rule_api import LabelListAttr, Rule, RuleAttrs
+from kiln.rule_api.context import RuleContext
+from kiln.rule_api.providers import DefaultInfo
 from pydantic import Field
 
 

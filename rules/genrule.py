@@ -17,11 +17,11 @@ from __future__ import annotations
 import re
 import shlex
 
-from kiln.analysis import LabelListAttr, OutputListAttr, Rule, RuleAttrs
-from kiln.analysis.context import RuleContext
-from kiln.analysis.providers import DefaultInfo
-from kiln.exec.action import File
+from kiln.action_graph import File
 from kiln.label import Label
+from kiln.rule_api import LabelListAttr, OutputListAttr, Rule, RuleAttrs
+from kiln.rule_api.context import RuleContext
+from kiln.rule_api.providers import DefaultInfo
 from pydantic import Field
 
 

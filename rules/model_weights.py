@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.analysis import LabelAttr, LabelListAttr, OutputAttr, Rule, RuleAttrs
-from kiln.analysis.context import RuleContext
-from kiln.analysis.providers import DefaultInfo
-from kiln.exec.action import Resources
+from kiln.action_graph import Resources
 from kiln.exec.toolchain import python_toolchain
+from kiln.rule_api import LabelAttr, LabelListAttr, OutputAttr, Rule, RuleAttrs
+from kiln.rule_api.context import RuleContext
+from kiln.rule_api.providers import DefaultInfo
 from pydantic import Field
 
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
-from kiln.analysis import LabelAttr, LabelListAttr, Rule, RuleAttrs
-from kiln.analysis.context import RuleContext
-from kiln.analysis.providers import DefaultInfo
-from kiln.exec.action import File
+from kiln.action_graph import File
+from kiln.rule_api import LabelAttr, LabelListAttr, Rule, RuleAttrs
+from kiln.rule_api.context import RuleContext
+from kiln.rule_api.providers import DefaultInfo
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 DType = Literal["float32", "float16", "bfloat16", "float64", "int64", "int32", "int8", "bool"]

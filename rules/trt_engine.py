@@ -36,12 +36,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
-from kiln.analysis import LabelAttr, Rule, RuleAttrs
-from kiln.analysis.context import PYTHON_ACTION_ENV, RuleContext
-from kiln.analysis.providers import DefaultInfo
+from kiln.action_graph import File, Resources
 from kiln.exec import trt_probe
-from kiln.exec.action import File, Resources
 from kiln.exec.toolchain import python_toolchain
+from kiln.rule_api import LabelAttr, Rule, RuleAttrs
+from kiln.rule_api.context import PYTHON_ACTION_ENV, RuleContext
+from kiln.rule_api.providers import DefaultInfo
 from kiln.rules.torch_model import DType, TorchModelInfo
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 

@@ -11,7 +11,7 @@ loading on Windows x86-64. It takes every attribute of trt_engine except
 
 from __future__ import annotations
 
-from kiln.analysis import Rule
+from kiln.rule_api import Rule
 from kiln.rules.trt_engine import TrtEngineBaseAttrs, implementation
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kiln.analysis.context import RuleContext
-from kiln.exec.action import File
+from kiln.action_graph import File
+from kiln.rule_api.context import RuleContext
 from kiln.rules.aoti_loader import LoaderSource, class_name, declare_loader_library, render_loader
 from kiln.rules.aoti_package import AotiPackageAttrs
 from kiln.rules.torch_model import DynamicDim, TensorSpec, TorchModelInfo

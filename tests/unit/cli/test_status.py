@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 import time
 
+from kiln.action_graph import Action, File
 from kiln.cli.status import StatusPrinter
-from kiln.exec.action import Action, File
 from kiln.exec.executor import ActionOutcome
 
 

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
+from kiln.action_graph import Action, File
 from kiln.cache.cas import ContentStore
-from kiln.exec.action import Action, File
 from kiln.exec.execroot import Execroots
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kiln.exec.action import Action, File
+from kiln.action_graph import Action, File
 
 from tests.unit.exec.test_executor_strategies import _executor
 

@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from kiln.exec.action import Action, File
+from kiln.action_graph import Action, File
 
 from tests.unit.exec.test_executor_strategies import _executor
 

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from kiln.action_graph import Action, File
 from kiln.cache.action_cache import ActionCache
 from kiln.cache.cas import ContentStore
 from kiln.cache.digest_cache import FileDigestCache
-from kiln.exec.action import Action, File
 from kiln.exec.action_state import ActionState
 from kiln.exec.executor import ExecOptions, Executor
 from kiln.exec.explain import ExplainLog

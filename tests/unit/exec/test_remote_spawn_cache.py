@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from kiln.action_graph import Action, File
 from kiln.cache.action_cache import ActionCache, ActionResult, OutputFile
 from kiln.cache.cas import ContentStore
 from kiln.cache.digest import Digest, digest_bytes
 from kiln.cache.remote import RemoteError
-from kiln.exec.action import Action, File
 from kiln.exec.remote_spawn_cache import RemoteSpawnCache
 
 T = TypeVar("T")

@@ -287,7 +287,7 @@ def test_glob_skips_kiln_out_and_ignored_directories(make_workspace: MakeWorkspa
 
 
 def test_every_rule_has_a_strict_pydantic_schema() -> None:
-    from kiln.analysis import RuleAttrs
+    from kiln.rule_api import RuleAttrs
     from kiln.rules import all_rules
 
     for name, rule in all_rules().items():

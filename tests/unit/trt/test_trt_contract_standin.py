@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 import torch
+from kiln.action_graph import File
 from kiln.actions import render_trt_loader, trt_engine
 from kiln.actions import spec as action_spec
 from kiln.actions.spec import ActionFailure
-from kiln.exec.action import File
 from kiln.rules.torch_model import DynamicDim, TensorSpec, TorchModelInfo
 from trt_fixtures import GPU_STANDARD, analyze, written
 from trt_standin import NOT_SET_UP, Input, StandIn, engine_bytes

@@ -9,11 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kiln.analysis.context import AnalysisError
-from kiln.analysis.providers import DefaultInfo
+from kiln.action_graph import Action
 from kiln.cache.digest import digest_bytes
-from kiln.exec.action import Action, compute_key
+from kiln.exec.action_key import compute_key
 from kiln.exec.trt_probe import FAKE_ENV, Gpu
+from kiln.rule_api.context import AnalysisError
+from kiln.rule_api.providers import DefaultInfo
 from kiln.rules.trt_engine import TrtEngineInfo, default_ranges
 from trt_fixtures import (
     CPU_ONLY,

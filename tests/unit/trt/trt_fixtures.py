@@ -10,11 +10,11 @@ import json
 import sys
 from typing import Any
 
-from kiln.analysis.context import RuleContext
-from kiln.analysis.providers import AnalyzedTarget, DefaultInfo
+from kiln.action_graph import Action, File
 from kiln.exec import trt_probe
-from kiln.exec.action import Action, File
 from kiln.exec.trt_probe import Gpu, Probe
+from kiln.rule_api.context import RuleContext
+from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo
 from kiln.rules.torch_model import DynamicDim, TensorSpec, TorchModelInfo
 from kiln.rules.trt_engine import TrtEngineAttrs
 from kiln.rules.trt_windows_engine import TrtWindowsEngineAttrs

@@ -1,45 +1,6 @@
-"""Analysis: rule definitions and the narrow handle rule implementations get.
+"""Analysis: running rule implementations over the target graph into actions.
 
-rules/ imports only the names re-exported here. They are loaded on first
-use, so that importing kiln.analysis.<module> for the analysis cache (on a
-no-op build) does not import pydantic.
+Rules themselves see only kiln.rule_api; this package is the engine that
+calls them (analyzer.py) and keeps the action graph between runs
+(analysis_cache.py).
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from kiln.analysis.attrs import (
-        LabelAttr,
-        LabelListAttr,
-        OutputAttr,
-        OutputListAttr,
-        RuleAttrs,
-    )
-    from kiln.analysis.rule import Rule
-
-_EXPORTS = {
-    "LabelAttr": "kiln.analysis.attrs",
-    "LabelListAttr": "kiln.analysis.attrs",
-    "OutputAttr": "kiln.analysis.attrs",
-    "OutputListAttr": "kiln.analysis.attrs",
-    "RuleAttrs": "kiln.analysis.attrs",
-    "Rule": "kiln.analysis.rule",
-}
-
-__all__ = [
-    "LabelAttr",
-    "LabelListAttr",
-    "OutputAttr",
-    "OutputListAttr",
-    "Rule",
-    "RuleAttrs",
-]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'kiln.analysis' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kiln import state_file
-from kiln.exec.action import Action, File
+from kiln.action_graph import Action, File
 from kiln.exec.toolchain import gpu_properties, package_version
 from kiln.loading.graph import TargetGraph
 from kiln.loading.loader import PackageLoader
@@ -75,7 +75,7 @@ def _code_stamp() -> str:
     """stat data of the code analysis runs: the rules, analysis and the action code."""
     kiln = Path(__file__).resolve().parent.parent
     parts = []
-    for folder in ("rules", "rules/templates", "analysis", "actions", "exec"):
+    for folder in ("rules", "rules/templates", "rule_api", "analysis", "actions", "exec"):
         try:
             entries = sorted(os.scandir(kiln / folder), key=lambda e: e.name)
         except FileNotFoundError:

@@ -15,13 +15,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kiln.analysis.context import AnalysisError, RuleContext
-from kiln.analysis.providers import AnalyzedTarget, DefaultInfo
-from kiln.analysis.rule import Rule
+from kiln.action_graph import GENERATED_ROOT, Action, File
 from kiln.errors import KilnError, Location
-from kiln.exec.action import GENERATED_ROOT, Action, File
 from kiln.loading.graph import TargetGraph
 from kiln.loading.package import GENERATED_FILE, SOURCE_FILE, Target
+from kiln.rule_api.context import AnalysisError, RuleContext
+from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo
+from kiln.rule_api.rule import Rule
 
 
 @dataclass

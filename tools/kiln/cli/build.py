@@ -11,7 +11,9 @@ from typing import Any
 
 import click
 
-from kiln.analysis.analysis_cache import AnalysisCache, CachedAnalysis
+from kiln.action_graph import Action, File
+from kiln.analysis.analysis_cache import AnalysisCache
+from kiln.analysis.targets import analyze_targets
 from kiln.cli.build_options import (
     BuildOptions,
     build_options,
@@ -22,10 +24,9 @@ from kiln.cli.build_options import (
 from kiln.cli.session import Session, cache_home
 from kiln.errors import BuildFailure, KilnError
 from kiln.exec import host
-from kiln.exec.action import Action, File
-from kiln.exec.scheduler import Limits, Reporter, Scheduler, ScheduleResult, needed_actions
+from kiln.exec.scheduler import Limits, Reporter, Scheduler, ScheduleResult
 from kiln.exec.workspace_lock import workspace_lock
-from kiln.loading.graph import GraphBuilder, TargetGraph
+from kiln.loading.graph import GraphBuilder
 from kiln.loading.loader import PackageLoader
 from kiln.loading.patterns import expand, parse_patterns
 
@@ -68,7 +69,14 @@ def run_build(session: Session, targets: list[str], options: BuildOptions) -> in
     phases.append(_Phase("analysis", time.monotonic()))
 
     errors: list[KilnError] = []
-    analysis = _analyze(session, loader, graph, labels, errors, keep_going=options.keep_going)
+    analysis = analyze_targets(
+        loader,
+        graph,
+        labels,
+        AnalysisCache(session.output_base / "analysis-cache.pickle"),
+        keep_going=options.keep_going,
+        report=lambda error: _report(error, errors),
+    )
     phases[-1].end = time.monotonic()
 
     limits = Limits(
@@ -109,49 +117,6 @@ def _report(error: KilnError, errors: list[KilnError]) -> None:
     """--keep_going: print the error now, remember it for the exit code, go on."""
     click.echo(f"ERROR: {error.format()}", err=True)
     errors.append(error)
-
-
-def _analyze(
-    session: Session,
-    loader: PackageLoader,
-    graph: TargetGraph,
-    labels: list[str],
-    errors: list[KilnError],
-    *,
-    keep_going: bool,
-) -> CachedAnalysis:
-    """The actions needed for `labels`, from the analysis cache when nothing changed.
-
-    With --keep_going a target whose analysis fails (a bad genrule, a toolchain
-    preflight) is reported and left out; the others still build.
-    """
-    cache = AnalysisCache(session.output_base / "analysis-cache.pickle")
-    cached = cache.load(loader, graph, labels)
-    if cached is not None:
-        return cached
-
-    from kiln.analysis.analyzer import Analyzer
-    from kiln.rules import load_rule
-
-    analyzer = Analyzer(graph, load_rule, loader.location_of, python=sys.executable)
-    analyzed: list[str] = []
-    for label in labels:
-        try:
-            analyzer.analyze([label])
-        except KilnError as error:
-            if not keep_going:
-                raise
-            _report(error, errors)
-        else:
-            analyzed.append(label)
-    action_graph = analyzer.analyze([])
-    requested = {label: action_graph.targets[label].files for label in analyzed}
-    producer = action_graph.producer
-    roots = [producer[f.path] for files in requested.values() for f in files if f.path in producer]
-    analysis = CachedAnalysis(requested, needed_actions(list(dict.fromkeys(roots)), producer))
-    if not errors:
-        cache.store(loader, graph, labels, analysis)
-    return analysis
 
 
 def _check_gpus(

@@ -50,8 +50,8 @@ def command(session: Session, key: str | None) -> int:
 
 def _toolchains() -> int:
     """The TensorRT toolchain probe (kiln.exec.trt_probe), as the actions would see it."""
-    from kiln.analysis.context import PYTHON_ACTION_ENV
     from kiln.exec import trt_probe
+    from kiln.rule_api.context import PYTHON_ACTION_ENV
 
     found = trt_probe.probe(sys.executable, PYTHON_ACTION_ENV)
     for name, value in trt_probe.describe(found):

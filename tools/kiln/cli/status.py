@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
-from kiln.exec.action import Action
+from kiln.action_graph import Action
 from kiln.exec.executor import ActionOutcome
 from kiln.exec.scheduler import Reporter
 

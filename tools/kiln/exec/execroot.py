@@ -29,9 +29,9 @@ import shutil
 import threading
 from pathlib import Path
 
+from kiln.action_graph import GENERATED_ROOT, Action
 from kiln.cache.cas import ContentStore
 from kiln.cache.digest import Digest
-from kiln.exec.action import GENERATED_ROOT, Action
 
 _counter = itertools.count()
 _TMP = ".tmp"  # the action's TMPDIR, and where its stdout and stderr go

@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from kiln.action_graph import GENERATED_ROOT, Action
 from kiln.cache.action_cache import ActionCache, ActionResult, OutputFile
 from kiln.cache.cas import ContentStore
 from kiln.cache.digest import Digest
 from kiln.cache.digest_cache import FileDigestCache
 from kiln.errors import KilnError
-from kiln.exec.action import GENERATED_ROOT, Action, ActionKey, compute_key
+from kiln.exec.action_key import ActionKey, compute_key
 from kiln.exec.action_state import ActionState
 from kiln.exec.execroot import Execroots
 from kiln.exec.explain import ExplainLog

@@ -11,7 +11,8 @@ import threading
 from pathlib import Path
 
 from kiln import state_file
-from kiln.exec.action import Action, ActionKey
+from kiln.action_graph import Action
+from kiln.exec.action_key import ActionKey
 
 FORMAT = 1
 

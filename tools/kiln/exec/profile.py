@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kiln.exec.action import Action
+from kiln.action_graph import Action
 from kiln.exec.executor import ActionOutcome
 from kiln.exec.scheduler import Reporter
 

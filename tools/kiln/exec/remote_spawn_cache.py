@@ -25,11 +25,11 @@ import threading
 from collections.abc import Callable
 from typing import Literal
 
+from kiln.action_graph import Action
 from kiln.cache.action_cache import ActionCache, ActionResult
 from kiln.cache.cas import BlobMismatch, ContentStore
 from kiln.cache.digest import Digest
 from kiln.cache.remote import RemoteCache, RemoteError
-from kiln.exec.action import Action
 
 # hit: served from the remote; miss: asked, not there (or unusable); "": not asked.
 RemoteStatus = Literal["hit", "miss", ""]

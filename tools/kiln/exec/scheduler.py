@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from kiln.exec.action import Action, Resources
+from kiln.action_graph import Action, Resources
 from kiln.exec.executor import ActionOutcome
 
 
@@ -44,27 +44,6 @@ class Reporter:
 
     def action_started(self, action: Action, lane: str) -> None: ...
     def action_finished(self, outcome: ActionOutcome) -> None: ...
-
-
-def needed_actions(actions_for: list[Action], producer: dict[str, Action]) -> list[Action]:
-    """`actions_for` and every action they transitively depend on, dependencies first."""
-    order: list[Action] = []
-    seen: set[int] = set()
-    stack: list[tuple[Action, bool]] = [(a, False) for a in reversed(actions_for)]
-    while stack:
-        action, expanded = stack.pop()
-        if id(action) in seen:
-            continue
-        if expanded:
-            seen.add(id(action))
-            order.append(action)
-            continue
-        stack.append((action, True))
-        for file in action.inputs:
-            dep = producer.get(file.path)
-            if dep is not None and id(dep) not in seen:
-                stack.append((dep, False))
-    return order
 
 
 class Scheduler:

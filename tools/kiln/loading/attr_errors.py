@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-    from kiln.analysis import RuleAttrs
+    from kiln.rule_api import RuleAttrs
 
 
 def describe(error: ValidationError, schema: type[RuleAttrs], rule: str) -> tuple[str, str | None]:

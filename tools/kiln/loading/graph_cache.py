@@ -28,7 +28,7 @@ def code_fingerprint() -> str:
     """Changes whenever the code that shapes a Package changes (rules, loading)."""
     here = Path(__file__).parent
     rules = here.parent / "rules"
-    files = sorted([*here.glob("*.py"), *rules.glob("*.py"), here.parent / "analysis/attrs.py"])
+    files = sorted([*here.glob("*.py"), *rules.glob("*.py"), here.parent / "rule_api/attrs.py"])
     digest = hashlib.sha256(str(FORMAT).encode())
     for path in files:
         st = path.stat()

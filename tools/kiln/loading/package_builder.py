@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from kiln.analysis.attrs import LABEL, OUTPUT
 from kiln.errors import KilnError, LabelError, LoadingError
 from kiln.label import Label, canonical, target_name_problem
 from kiln.loading import attr_errors, glob
 from kiln.loading.package import GENERATED_FILE, SOURCE_FILE, Target
+from kiln.rule_api.attrs import LABEL, OUTPUT
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from kiln.analysis import Rule
+    from kiln.rule_api import Rule
 
 
 class LocateTarget(Exception):

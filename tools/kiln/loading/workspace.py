@@ -12,11 +12,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from kiln.action_graph import GENERATED_ROOT
 from kiln.errors import KilnError
 
 WORKSPACE_FILES = ("WORKSPACE", "WORKSPACE.bazel")
 BUILD_FILES = ("BUILD", "BUILD.bazel")
-OUTPUT_DIR = "kiln-out"
+OUTPUT_DIR = GENERATED_ROOT  # kiln-out: never searched for packages
 IGNORE_FILE = ".kilnignore"
 
 

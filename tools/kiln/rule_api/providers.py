@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kiln.exec.action import File
+from kiln.action_graph import File
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kiln.analysis.attrs import RuleAttrs
+from kiln.rule_api.attrs import RuleAttrs
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
-from kiln.analysis.attrs import RuleAttrs
-from kiln.analysis.providers import AnalyzedTarget, DefaultInfo
+from kiln.action_graph import GENERATED_ROOT, Action, File, Resources
 from kiln.errors import KilnError
-from kiln.exec.action import GENERATED_ROOT, Action, File, Resources
+from kiln.rule_api.attrs import RuleAttrs
+from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo
 
 A = TypeVar("A", bound=RuleAttrs)
 

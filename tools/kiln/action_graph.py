@@ -1,0 +1,97 @@
+"""Actions: the unit of caching and of remote execution, as plain data.
+
+An action is argv + environment + declared input files + declared outputs +
+platform properties + resource needs, and nothing else may influence its
+result. Rules declare them (through kiln.rule_api), the analysis cache
+pickles them, the executor runs them; its key is computed in
+kiln.exec.action_key. Descriptions and progress messages are not part of
+the key, so rewording one never rebuilds anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GENERATED_ROOT = "kiln-out"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class File:
+    """A file an action reads or writes, by its path relative to the execroot.
+
+    Source files sit at their workspace path (`models/mlp.py`); generated
+    files under kiln-out (`kiln-out/models/mlp.pt2`), in the workspace and in
+    every execroot alike.
+    """
+
+    path: str
+    owner: str = field(default="", compare=False)  # the label that declared it
+    # A directory output (or an input that is one): its files are collected
+    # whole, whatever their number, as REAPI's output_directories.
+    directory: bool = field(default=False, compare=False)
+
+    @property
+    def is_source(self) -> bool:
+        return not self.path.startswith(GENERATED_ROOT + "/")
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """What an action holds while it runs; the scheduler never oversubscribes."""
+
+    cpu: int = 1
+    gpu: int = 0
+    memory_mb: int = 0
+
+
+@dataclass(frozen=True)
+class Action:
+    owner: str  # label of the target that declared it
+    mnemonic: str  # "Genrule", "TorchExport", "AotiPackage", ...
+    argv: tuple[str, ...]
+    inputs: tuple[File, ...]
+    outputs: tuple[File, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    # Properties of the machine the result depends on: os, arch, toolchain
+    # versions, GPU compute capability. They are part of the key.
+    platform: tuple[tuple[str, str], ...] = ()
+    resources: Resources = field(default_factory=Resources)
+    supports_workers: bool = False  # argv is [python, -m, module, ...]
+    # For a file-write action: the content, written without running anything.
+    content: bytes | None = None
+    is_executable: bool = False
+    progress_message: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", tuple(sorted(set(self.inputs))))
+        object.__setattr__(self, "outputs", tuple(sorted(set(self.outputs))))
+        object.__setattr__(self, "env", tuple(sorted(dict(self.env).items())))
+        object.__setattr__(self, "platform", tuple(sorted(dict(self.platform).items())))
+
+    @property
+    def primary_output(self) -> File:
+        return self.outputs[0]
+
+    def describe(self) -> str:
+        return self.progress_message or f"{self.mnemonic} {self.owner}"
+
+
+def needed_actions(actions_for: list[Action], producer: dict[str, Action]) -> list[Action]:
+    """`actions_for` and every action they transitively depend on, dependencies first."""
+    order: list[Action] = []
+    seen: set[int] = set()
+    stack: list[tuple[Action, bool]] = [(a, False) for a in reversed(actions_for)]
+    while stack:
+        action, expanded = stack.pop()
+        if id(action) in seen:
+            continue
+        if expanded:
+            seen.add(id(action))
+            order.append(action)
+            continue
+        stack.append((action, True))
+        for file in action.inputs:
+            dep = producer.get(file.path)
+            if dep is not None and id(dep) not in seen:
+                stack.append((dep, False))
+    return order
