@@ -23,9 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kiln.action_graph import File
-from kiln.cc_templates import class_name, environment
-from kiln.rule_api.context import RuleContext
+from kiln.rule_api import File, RuleContext, class_name, environment
 from kiln.rules.torch_model import TorchModelInfo
 
 # torch_model's dtype names -> c10::ScalarType enumerators.
@@ -108,12 +106,13 @@ def render_loader(source: LoaderSource) -> dict[str, str]:
 
 def template_context(source: LoaderSource) -> dict[str, Any]:
     model = source.model
+    signature = model.signature
     # (input name, axis) -> the dynamic dim bound there
-    bound = {(name, axis): dim for dim in model.dynamic_dims for name, axis in dim.axes.items()}
-    index = {spec.name: i for i, spec in enumerate(model.inputs)}
+    bound = {(n, axis): dim for dim in signature.dynamic_dims for n, axis in dim.axes.items()}
+    index = {spec.name: i for i, spec in enumerate(signature.inputs)}
     params: set[str] = set()
     inputs = []
-    for spec in model.inputs:
+    for spec in signature.inputs:
         dims = []
         for axis, size in enumerate(spec.shape):
             dim = bound.get((spec.name, axis))
@@ -135,7 +134,7 @@ def template_context(source: LoaderSource) -> dict[str, Any]:
             "name": dim.name,
             "axes": sorted((index[name], axis) for name, axis in dim.axes.items()),
         }
-        for dim in model.dynamic_dims
+        for dim in signature.dynamic_dims
         if len(dim.axes) > 1
     ]
     folder = f"{source.name}_loader"
@@ -156,8 +155,8 @@ def template_context(source: LoaderSource) -> dict[str, Any]:
         "package_from_parent": from_parent,
         "model_label": model.label,
         "inputs": inputs,
-        "input_names": ", ".join(spec.name for spec in model.inputs),
-        "max_rank": max((len(spec.shape) for spec in model.inputs), default=0),
+        "input_names": ", ".join(spec.name for spec in signature.inputs),
+        "max_rank": max((len(spec.shape) for spec in signature.inputs), default=0),
         "shared_dims": shared,
     }
 

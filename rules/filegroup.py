@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from kiln.rule_api import LabelListAttr, Rule, RuleAttrs
-from kiln.rule_api.context import RuleContext
-from kiln.rule_api.providers import DefaultInfo
+from kiln.rule_api import DefaultInfo, LabelListAttr, Rule, RuleAttrs, RuleContext
 from pydantic import Field
 
 
 class FilegroupAttrs(RuleAttrs):
-    srcs: LabelListAttr = Field(default_factory=list)
-    data: LabelListAttr = Field(default_factory=list)
+    srcs: LabelListAttr = Field(default_factory=list, description="the files the group names")
+    data: LabelListAttr = Field(
+        default_factory=list, description="files the group's files need at run time"
+    )
 
 
 def implementation(ctx: RuleContext[FilegroupAttrs]) -> list[object]:

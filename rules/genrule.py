@@ -17,21 +17,28 @@ from __future__ import annotations
 import re
 import shlex
 
-from kiln.action_graph import File
-from kiln.label import Label
-from kiln.rule_api import LabelListAttr, OutputListAttr, Rule, RuleAttrs
-from kiln.rule_api.context import RuleContext
-from kiln.rule_api.providers import DefaultInfo
+from kiln.rule_api import (
+    DefaultInfo,
+    File,
+    Label,
+    LabelListAttr,
+    OutputListAttr,
+    Rule,
+    RuleAttrs,
+    RuleContext,
+)
 from pydantic import Field
 
 
 class GenruleAttrs(RuleAttrs):
-    srcs: LabelListAttr = Field(default_factory=list)
-    outs: OutputListAttr
-    cmd: str
-    tools: LabelListAttr = Field(default_factory=list)
-    message: str | None = None
-    executable: bool = False
+    srcs: LabelListAttr = Field(default_factory=list, description="the command's inputs")
+    outs: OutputListAttr = Field(description="the files the command writes, in this package")
+    cmd: str = Field(description="a bash command; $(SRCS), $(OUTS), $@, $<, $(location L), ...")
+    tools: LabelListAttr = Field(
+        default_factory=list, description="programs and scripts the command runs"
+    )
+    message: str | None = Field(default=None, description="the progress message")
+    executable: bool = Field(default=False, description="the output is a program")
 
 
 # Bazel's --incompatible_strict_action_env: a fixed PATH, so keys never depend
@@ -53,7 +60,7 @@ def implementation(ctx: RuleContext[GenruleAttrs]) -> list[object]:
         inputs=[*srcs, *tools],
         outputs=outs,
         env={"PATH": ACTION_PATH, "LANG": "C.UTF-8"},
-        platform=_host_platform(),
+        platform={"os": ctx.host.os, "arch": ctx.host.arch},
         progress_message=attrs.message or f"Executing genrule {ctx.label}",
     )
     return [DefaultInfo(tuple(outs))]
@@ -86,7 +93,7 @@ def _expand(
             raise ctx.error(f"$(location {text}) names {len(files)} files; use $(locations {text})")
         return paths(files)
 
-    ruledir = f"kiln-out/{ctx.package}" if ctx.package else "kiln-out"
+    ruledir = ctx.bin_dir
 
     def replace(match: re.Match[str]) -> str:
         whole = match.group(1)
@@ -115,12 +122,6 @@ def _expand(
         )
 
     return _VARIABLE.sub(replace, cmd)
-
-
-def _host_platform() -> dict[str, str]:
-    import platform
-
-    return {"os": platform.system().lower(), "arch": platform.machine()}
 
 
 RULE = Rule(

@@ -15,45 +15,57 @@ are not worth checking in still has real, strictly-matched weights.
 
 from __future__ import annotations
 
-from typing import Any
-
-from kiln.action_graph import Resources
-from kiln.exec.toolchain import python_toolchain
-from kiln.rule_api import LabelAttr, LabelListAttr, OutputAttr, Rule, RuleAttrs
-from kiln.rule_api.context import RuleContext
-from kiln.rule_api.providers import DefaultInfo
+from kiln.rule_api import (
+    DefaultInfo,
+    FactoryValue,
+    LabelAttr,
+    LabelListAttr,
+    ModelSource,
+    OutputAttr,
+    Resources,
+    Rule,
+    RuleAttrs,
+    RuleContext,
+    WeightsSpec,
+)
+from kiln.rules.torch_model import FACTORY_PATTERN
 from pydantic import Field
 
 
 class ModelWeightsAttrs(RuleAttrs):
-    src: LabelAttr
-    deps: LabelListAttr = Field(default_factory=list)
-    factory: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
-    factory_kwargs: dict[str, int | float | str | bool] = Field(default_factory=dict)
-    seed: int = 0
-    out: OutputAttr = Field(pattern=r"\.(safetensors|pt)$")
+    src: LabelAttr = Field(description="the Python file defining the factory")
+    deps: LabelListAttr = Field(
+        default_factory=list, description="other Python files the model imports"
+    )
+    factory: str = Field(pattern=FACTORY_PATTERN, description="'module:function'")
+    factory_kwargs: dict[str, FactoryValue] = Field(
+        default_factory=dict, description="keyword arguments of the factory"
+    )
+    seed: int = Field(default=0, description="torch's seed before the factory runs")
+    out: OutputAttr = Field(
+        pattern=r"\.(safetensors|pt)$", description="the weights file to write: .safetensors or .pt"
+    )
 
 
 def implementation(ctx: RuleContext[ModelWeightsAttrs]) -> list[object]:
     attrs = ctx.attrs
-    sources = ctx.files([attrs.src, *attrs.deps])
     weights = ctx.declare_file(attrs.out)
     spec = ctx.declare_file(f"{ctx.name}.weights.json")
-    model: dict[str, Any] = {
-        "src": ctx.files(attrs.src)[0].path,
-        "factory": attrs.factory,
-        "factory_kwargs": dict(attrs.factory_kwargs),
-        "weights": None,
-        "seed": attrs.seed,
-    }
-    ctx.actions.write_json(spec, {"model": model, "output": weights.path})
+    source = ModelSource(
+        src=ctx.file("src", attrs.src).path,
+        factory=attrs.factory,
+        factory_kwargs=dict(attrs.factory_kwargs),
+        weights=None,
+        seed=attrs.seed,
+    )
+    ctx.actions.write_spec(spec, WeightsSpec(source=source, output=weights.path))
     ctx.actions.run_python(
         mnemonic="ModelWeights",
         module="init_weights",
         spec=spec,
-        inputs=sources,
+        inputs=ctx.files([attrs.src, *attrs.deps]),
         outputs=[weights],
-        platform=python_toolchain("torch", "safetensors"),
+        packages=("torch", "safetensors"),
         resources=Resources(cpu=1, memory_mb=2000),
     )
     return [DefaultInfo((weights,))]

@@ -18,60 +18,52 @@ rule runs nothing: it hands the model to the rules that export it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Self
+from typing import Self
 
-from kiln.action_graph import File
-from kiln.rule_api import LabelAttr, LabelListAttr, Rule, RuleAttrs
-from kiln.rule_api.context import RuleContext
-from kiln.rule_api.providers import DefaultInfo
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from kiln.rule_api import (
+    DefaultInfo,
+    DynamicDim,
+    FactoryValue,
+    File,
+    LabelAttr,
+    LabelListAttr,
+    ModelSignature,
+    ModelSource,
+    ModelSpec,
+    Rule,
+    RuleAttrs,
+    RuleContext,
+    TensorSpec,
+)
+from pydantic import Field, model_validator
 
-DType = Literal["float32", "float16", "bfloat16", "float64", "int64", "int32", "int8", "bool"]
-
-
-class TensorSpec(BaseModel):
-    """One example input of the model: what torch.export traces with."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-    name: str
-    shape: list[int]
-    dtype: DType = "float32"
-
-
-class DynamicDim(BaseModel):
-    """A dimension that varies at run time: torch.export.Dim(name, min=, max=)."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-    name: str
-    min: int = Field(ge=0)
-    max: int = Field(ge=1)
-    opt: int | None = None
-    # input name -> the axis of that input this dimension binds, e.g. {"x": 0}
-    axes: dict[str, int]
-
-    @model_validator(mode="after")
-    def _range(self) -> Self:
-        if self.min > self.max:
-            raise ValueError(f"dynamic dim '{self.name}': min {self.min} > max {self.max}")
-        if self.opt is not None and not self.min <= self.opt <= self.max:
-            raise ValueError(
-                f"dynamic dim '{self.name}': opt {self.opt} is outside [{self.min}, {self.max}]"
-            )
-        if not self.axes:
-            raise ValueError(f"dynamic dim '{self.name}' binds no input axis")
-        return self
+FACTORY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class TorchModelAttrs(RuleAttrs):
-    src: LabelAttr
-    deps: LabelListAttr = Field(default_factory=list)
-    factory: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
-    factory_kwargs: dict[str, int | float | str | bool] = Field(default_factory=dict)
-    weights: LabelAttr | None = None
-    inputs: list[TensorSpec] = Field(min_length=1)
-    dynamic_dims: list[DynamicDim] = Field(default_factory=list)
+    src: LabelAttr = Field(description="the Python file defining the factory")
+    deps: LabelListAttr = Field(
+        default_factory=list, description="other Python files the model imports"
+    )
+    factory: str = Field(
+        pattern=FACTORY_PATTERN,
+        description="'module:function' returning the nn.Module (module relative to src)",
+    )
+    factory_kwargs: dict[str, FactoryValue] = Field(
+        default_factory=dict, description="keyword arguments of the factory"
+    )
+    weights: LabelAttr | None = Field(
+        default=None,
+        description="a safetensors file or torch state dict, loaded strictly; default: the "
+        "factory's own (seeded) initialization",
+    )
+    inputs: list[TensorSpec] = Field(
+        min_length=1, description="example inputs: [{'name', 'shape', 'dtype'}], in order"
+    )
+    dynamic_dims: list[DynamicDim] = Field(
+        default_factory=list,
+        description="dimensions that vary: [{'name', 'min', 'max', 'opt', 'axes': {input: axis}}]",
+    )
 
     @model_validator(mode="after")
     def _dims_match_inputs(self) -> Self:
@@ -106,56 +98,45 @@ class TorchModelAttrs(RuleAttrs):
 
 @dataclass(frozen=True)
 class TorchModelInfo:
-    """A model as the export rules need it; spec() is what the actions read."""
+    """A model as the export rules need it: its files, and the record actions read."""
 
-    label: str
+    spec: ModelSpec
     src: File
     deps: tuple[File, ...]
     weights: File | None
-    factory: str
-    factory_kwargs: dict[str, Any]
-    inputs: tuple[TensorSpec, ...]
-    dynamic_dims: tuple[DynamicDim, ...]
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+    @property
+    def signature(self) -> ModelSignature:
+        return self.spec.signature
 
     @property
     def files(self) -> list[File]:
         return [self.src, *self.deps, *([self.weights] if self.weights else [])]
 
-    def spec(self) -> dict[str, Any]:
-        return {
-            "model": {
-                "src": self.src.path,
-                "factory": self.factory,
-                "factory_kwargs": self.factory_kwargs,
-                "weights": self.weights.path if self.weights else None,
-            },
-            "inputs": [i.model_dump() for i in self.inputs],
-            "dynamic_dims": [d.model_dump() for d in self.dynamic_dims],
-        }
-
 
 def implementation(ctx: RuleContext[TorchModelAttrs]) -> list[object]:
     attrs = ctx.attrs
-    src = _one(ctx, "src", attrs.src)
-    weights = _one(ctx, "weights", attrs.weights) if attrs.weights else None
-    info = TorchModelInfo(
+    src = ctx.file("src", attrs.src)
+    weights = ctx.file("weights", attrs.weights) if attrs.weights else None
+    spec = ModelSpec(
         label=ctx.label,
-        src=src,
-        deps=tuple(ctx.files(attrs.deps)),
-        weights=weights,
-        factory=attrs.factory,
-        factory_kwargs=dict(attrs.factory_kwargs),
-        inputs=tuple(attrs.inputs),
-        dynamic_dims=tuple(attrs.dynamic_dims),
+        source=ModelSource(
+            src=src.path,
+            factory=attrs.factory,
+            factory_kwargs=dict(attrs.factory_kwargs),
+            weights=weights.path if weights else None,
+            seed=0,
+        ),
+        signature=ModelSignature(
+            inputs=tuple(attrs.inputs), dynamic_dims=tuple(attrs.dynamic_dims)
+        ),
     )
+    info = TorchModelInfo(spec, src, tuple(ctx.files(attrs.deps)), weights)
     return [DefaultInfo(tuple(info.files)), info]
-
-
-def _one(ctx: RuleContext[TorchModelAttrs], attr: str, label: str) -> File:
-    files = ctx.files(label)
-    if len(files) != 1:
-        raise ctx.error(f"attribute '{attr}' must name exactly one file; {label} has {len(files)}")
-    return files[0]
 
 
 RULE = Rule(

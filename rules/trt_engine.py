@@ -23,8 +23,8 @@ built). The spec holds every setting and the input ranges, and the platform
 properties hold the target platform, the toolchain versions and the build GPU
 (name, compute capability): all of it is in the action key.
 
-Preflight, at analysis: the rule probes the actions' interpreter
-(kiln.exec.trt_probe, cached) and fails the target, before any action runs,
+Preflight, at analysis: the rule reads the TENSORRT toolchain (the actions'
+interpreter probed once, rules/trt_toolchain.py) and fails the target, before any action runs,
 unless the host is Linux x86-64 with a CUDA GPU and an importable
 torch_tensorrt, and for Windows one whose ENABLED_FEATURES.windows_cross_compile
 is set. The error says what is missing and what to install.
@@ -34,18 +34,27 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Self
+from typing import Any, Self
 
-from kiln.action_graph import File, Resources
-from kiln.exec import trt_probe
-from kiln.exec.toolchain import python_toolchain
-from kiln.rule_api import LabelAttr, Rule, RuleAttrs
-from kiln.rule_api.context import PYTHON_ACTION_ENV, RuleContext
-from kiln.rule_api.providers import DefaultInfo
-from kiln.rules.torch_model import DType, TorchModelInfo
+from kiln.rule_api import (
+    BuildGpu,
+    DefaultInfo,
+    DType,
+    File,
+    LabelAttr,
+    Resources,
+    Rule,
+    RuleAttrs,
+    RuleContext,
+    ShapeRange,
+    TargetPlatform,
+    TrtEngineSpec,
+    TrtLoaderSpec,
+)
+from kiln.rules import trt_toolchain
+from kiln.rules.torch_model import TorchModelInfo
+from kiln.rules.trt_toolchain import TENSORRT
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-TargetPlatform = Literal["linux_x86_64", "windows_x86_64"]
 
 # cross_compile_for_windows forces these off; kiln records them in the manifest and
 # never passes them (on Linux too: Torch-TensorRT's engine cache keys leave out the
@@ -145,7 +154,7 @@ class TrtEngineBaseAttrs(RuleAttrs):
         return value
 
     @property
-    def target_platform(self) -> str:
+    def target_platform(self) -> TargetPlatform:
         return "windows_x86_64"
 
 
@@ -153,7 +162,7 @@ class TrtEngineAttrs(TrtEngineBaseAttrs):
     platform: TargetPlatform = "linux_x86_64"
 
     @property
-    def target_platform(self) -> str:
+    def target_platform(self) -> TargetPlatform:
         return self.platform
 
 
@@ -193,54 +202,36 @@ def compile_settings(attrs: TrtEngineBaseAttrs) -> dict[str, Any]:
     return settings
 
 
-def default_ranges(model: TorchModelInfo) -> list[dict[str, Any]]:
-    """min/opt/max per input: the example shape, widened on every dynamic dimension.
-
-    opt is the dynamic dim's opt, or else the example's size (never min alone: an
-    opt equal to min has failed in some Torch-TensorRT versions, pytorch/TensorRT#4103).
-    """
-    ranges = []
-    for spec in model.inputs:
-        lo, opt, hi = list(spec.shape), list(spec.shape), list(spec.shape)
-        for dim in model.dynamic_dims:
-            axis = dim.axes.get(spec.name)
-            if axis is None:
-                continue
-            lo[axis], hi[axis] = dim.min, dim.max
-            opt[axis] = dim.opt if dim.opt is not None else spec.shape[axis]
-        ranges.append({"name": spec.name, "min": lo, "opt": opt, "max": hi, "dtype": spec.dtype})
-    return ranges
-
-
-def input_ranges(attrs: TrtEngineBaseAttrs, model: TorchModelInfo) -> list[dict[str, Any]]:
+def input_ranges(attrs: TrtEngineBaseAttrs, model: TorchModelInfo) -> tuple[ShapeRange, ...]:
     """The ranges the engine is built for; ValueError if `inputs` does not fit the model."""
     given = attrs.inputs
-    ranges = default_ranges(model) if given is None else _checked_ranges(given, model)
+    ranges = model.signature.ranges() if given is None else _checked_ranges(given, model)
     for item in ranges:
-        if item["dtype"] == "float64":
+        if item.dtype == "float64":
             raise ValueError(
-                f"input '{item['name']}' is float64, which TensorRT has no type for: declare "
+                f"input '{item.name}' is float64, which TensorRT has no type for: declare "
                 "it float32 in the torch_model (and cast in the model if needed)"
             )
     return ranges
 
 
-def _checked_ranges(given: list[InputRange], model: TorchModelInfo) -> list[dict[str, Any]]:
-    names = [spec.name for spec in model.inputs]
+def _checked_ranges(given: list[InputRange], model: TorchModelInfo) -> tuple[ShapeRange, ...]:
+    inputs, dims = model.signature.inputs, model.signature.dynamic_dims
+    names = [spec.name for spec in inputs]
     if [r.name for r in given] != names:
         raise ValueError(
             f"attribute 'inputs' names {', '.join(r.name for r in given) or 'nothing'}; the "
             f"torch_model {model.label} declares {', '.join(names)} (in this order): give one "
             "range per model input"
         )
-    bound = {(n, axis): dim for dim in model.dynamic_dims for n, axis in dim.axes.items()}
+    bound = {(n, axis): dim for dim in dims for n, axis in dim.axes.items()}
     ranges = []
-    for item, spec in zip(given, model.inputs, strict=True):
+    for item, spec in zip(given, inputs, strict=True):
         where = f"input '{item.name}'"
         if len(item.min) != len(spec.shape):
             raise ValueError(
                 f"{where} has rank {len(item.min)} in 'inputs' but rank {len(spec.shape)} in "
-                f"{model.label} (example shape {spec.shape})"
+                f"{model.label} (example shape {list(spec.shape)})"
             )
         if item.dtype is not None and item.dtype != spec.dtype:
             raise ValueError(
@@ -262,80 +253,71 @@ def _checked_ranges(given: list[InputRange], model: TorchModelInfo) -> list[dict
                     f"range of the dynamic dim '{dim.name}' that torch.export exports with"
                 )
         ranges.append(
-            {
-                "name": item.name,
-                "min": list(item.min),
-                "opt": list(item.opt),
-                "max": list(item.max),
-                "dtype": spec.dtype,
-            }
+            ShapeRange(
+                name=item.name,
+                dtype=spec.dtype,
+                min=tuple(item.min),
+                opt=tuple(item.opt),
+                max=tuple(item.max),
+            )
         )
-    return ranges
+    return tuple(ranges)
 
 
-def platform_properties(found: trt_probe.Probe, target_platform: str) -> dict[str, str]:
-    """What the engine depends on besides its inputs: toolchain, build GPU, target platform."""
-    dists = [d for d in (found.torch_tensorrt_dist, found.tensorrt_dist) if d]
-    props = python_toolchain("torch", *dists)
+def platform_properties(found: trt_toolchain.Probe, target_platform: str) -> dict[str, str]:
+    """What the engine depends on besides its inputs and the Python toolchain: the
+    TensorRT toolchain the probe found, the build GPU, the target platform."""
     gpu = found.gpu
-    props.update(
-        {
-            "device": "cuda",
-            "target_platform": target_platform,
-            "torch": found.torch or "-",
-            "cuda": found.cuda or "-",
-            "torch_tensorrt": found.torch_tensorrt or "-",
-            "torch_tensorrt_flavour": found.flavour or "-",
-            "tensorrt": found.tensorrt or "-",
-            "gpu_name": gpu.name if gpu else "-",
-            "compute_capability": gpu.compute_capability if gpu else "-",
-        }
-    )
-    return props
+    return {
+        "device": "cuda",
+        "target_platform": target_platform,
+        "torch": found.torch or "-",
+        "cuda": found.cuda or "-",
+        "torch_tensorrt": found.torch_tensorrt or "-",
+        "torch_tensorrt_flavour": found.flavour or "-",
+        "tensorrt": found.tensorrt or "-",
+        "gpu_name": gpu.name if gpu else "-",
+        "compute_capability": gpu.compute_capability if gpu else "-",
+    }
 
 
 def implementation(ctx: RuleContext[TrtEngineBaseAttrs]) -> list[object]:
     attrs = ctx.attrs
     target = attrs.target_platform
-    model: TorchModelInfo | None = ctx.dep(attrs.model).get(TorchModelInfo)
-    if model is None:
-        raise ctx.error(f"attribute 'model' must name a torch_model target, not {attrs.model}")
+    model = ctx.provider("model", attrs.model, TorchModelInfo, "a torch_model target")
     try:
         ranges = input_ranges(attrs, model)
     except ValueError as error:
         raise ctx.error(str(error)) from None
 
-    found = trt_probe.probe(ctx.python, PYTHON_ACTION_ENV)
-    failed = trt_probe.preflight(found, target)
+    found = ctx.toolchain(TENSORRT)
+    failed = trt_toolchain.preflight(found, target)
     if failed is not None:
         raise ctx.error(failed.message, hint=failed.hint)
     platform = platform_properties(found, target)
+    packages = ["torch", *(d for d in (found.torch_tensorrt_dist, found.tensorrt_dist) if d)]
 
     name = ctx.name
     program = ctx.declare_file(f"{name}.ep")
     manifest = ctx.declare_file(f"{name}.manifest.json")
     engines = ctx.declare_directory(f"{name}.engines")
     spec = ctx.declare_file(f"{name}.trt.json")
-    ctx.actions.write_json(
+    ctx.actions.write_spec(
         spec,
-        (
-            {
-                **model.spec(),
-                "device": "cuda",
-                "label": ctx.label,
-                "name": name,
-                "model_label": model.label,
-                "target_platform": target,
-                "ranges": ranges,
-                "settings": compile_settings(attrs),
-                "build_gpu": {
-                    "name": platform["gpu_name"],
-                    "compute_capability": platform["compute_capability"],
-                },
-                "program": program.path,
-                "manifest": manifest.path,
-                "engines": engines.path,
-            }
+        TrtEngineSpec(
+            label=ctx.label,
+            name=name,
+            model=model.spec,
+            device="cuda",
+            target_platform=target,
+            ranges=ranges,
+            settings=compile_settings(attrs),
+            build_gpu=BuildGpu(
+                name=platform["gpu_name"], compute_capability=platform["compute_capability"]
+            ),
+            program=program.path,
+            manifest=manifest.path,
+            engines=engines.path,
         ),
     )
     ctx.actions.run_python(
@@ -344,6 +326,7 @@ def implementation(ctx: RuleContext[TrtEngineBaseAttrs]) -> list[object]:
         spec=spec,
         inputs=model.files,
         outputs=[program, manifest, engines],
+        packages=packages,
         platform=platform,
         resources=Resources(cpu=1, gpu=1, memory_mb=attrs.memory_mb),
         progress_message=f"TrtEngine {ctx.label} ({target})",
@@ -351,16 +334,14 @@ def implementation(ctx: RuleContext[TrtEngineBaseAttrs]) -> list[object]:
 
     loader = ctx.declare_directory(f"{name}_loader")
     loader_spec = ctx.declare_file(f"{name}.loader.json")
-    ctx.actions.write_json(
+    ctx.actions.write_spec(
         loader_spec,
-        (
-            {
-                "label": ctx.label,
-                "name": name,
-                "manifest": manifest.path,
-                "output": loader.path,
-                "cc_loader": attrs.cc_loader,
-            }
+        TrtLoaderSpec(
+            label=ctx.label,
+            name=name,
+            manifest=manifest.path,
+            output=loader.path,
+            cc_loader=attrs.cc_loader,
         ),
     )
     ctx.actions.run_python(
@@ -369,7 +350,7 @@ def implementation(ctx: RuleContext[TrtEngineBaseAttrs]) -> list[object]:
         spec=loader_spec,
         inputs=[manifest],
         outputs=[loader],
-        platform=python_toolchain("jinja2"),
+        packages=("jinja2",),
         resources=Resources(cpu=1, gpu=0, memory_mb=200),
     )
     info = TrtEngineInfo(ctx.label, target, program, manifest, engines, loader)
@@ -386,4 +367,5 @@ RULE = Rule(
         "GPU and torch_tensorrt."
     ),
     impl=implementation,
+    toolchains=(TENSORRT,),
 )

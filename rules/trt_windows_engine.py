@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from kiln.rule_api import Rule
 from kiln.rules.trt_engine import TrtEngineBaseAttrs, implementation
+from kiln.rules.trt_toolchain import TENSORRT
 
 
 class TrtWindowsEngineAttrs(TrtEngineBaseAttrs):
@@ -29,4 +30,5 @@ RULE = Rule(
         "host with a CUDA GPU and a TensorRT with the Windows builder resource."
     ),
     impl=implementation,
+    toolchains=(TENSORRT,),
 )

@@ -11,7 +11,6 @@ Each binary is compiled once per session (fixtures): about 5 s each on two cores
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
@@ -19,14 +18,17 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kiln.action_graph import File
-from kiln.rule_api.context import RuleContext
+from kiln.action_specs import PackageSpec
+from kiln.rule_api import DynamicDim, TensorSpec
 from kiln.rules.aoti_loader import LoaderSource, class_name, declare_loader_library, render_loader
+from kiln.rules.aoti_package import RULE as AOTI_PACKAGE
 from kiln.rules.aoti_package import AotiPackageAttrs
-from kiln.rules.torch_model import DynamicDim, TensorSpec, TorchModelInfo
+from kiln.rules.torch_model import TorchModelInfo
+
+from tests.model_fixtures import model_info, rule_context
 
 REPO = Path(__file__).resolve().parents[2]
 APP_SOURCES = REPO / "tests" / "cc"
@@ -81,29 +83,23 @@ for tensor in out if isinstance(out, (list, tuple)) else [out]:
 
 # -- the rendered text (no compiler) ---------------------------------------------------------
 
-RESNET = TorchModelInfo(
-    label="//models:resnet",
-    src=File("models/resnet.py"),
-    deps=(),
-    weights=None,
-    factory="resnet:build",
-    factory_kwargs={},
-    inputs=(TensorSpec(name="image", shape=[2, 3, 224, 224], dtype="float32"),),
-    dynamic_dims=(DynamicDim(name="batch", min=1, max=16, axes={"image": 0}),),
+RESNET = model_info(
+    "//models:resnet",
+    "models/resnet.py",
+    "resnet:build",
+    (TensorSpec(name="image", shape=(2, 3, 224, 224), dtype="float32"),),
+    (DynamicDim(name="batch", min=1, max=16, axes={"image": 0}),),
 )
 
-TWO_INPUTS = TorchModelInfo(
-    label="//models:detector",
-    src=File("models/detector.py"),
-    deps=(),
-    weights=None,
-    factory="detector:build",
-    factory_kwargs={},
-    inputs=(
-        TensorSpec(name="image", shape=[2, 3, 64, 48], dtype="float16"),
-        TensorSpec(name="class", shape=[2, 7], dtype="int64"),
+TWO_INPUTS = model_info(
+    "//models:detector",
+    "models/detector.py",
+    "detector:build",
+    (
+        TensorSpec(name="image", shape=(2, 3, 64, 48), dtype="float16"),
+        TensorSpec(name="class", shape=(2, 7), dtype="int64"),
     ),
-    dynamic_dims=(
+    (
         DynamicDim(name="batch", min=1, max=8, axes={"image": 0, "class": 0}),
         DynamicDim(name="height", min=32, max=512, axes={"image": 2}),
     ),
@@ -215,7 +211,7 @@ def test_cmake_package_and_bazel_build_file() -> None:
 
 def test_declare_loader_library_writes_the_folder() -> None:
     attrs = AotiPackageAttrs(name="resnet_pt2", model="//models:resnet")
-    ctx: RuleContext[AotiPackageAttrs] = RuleContext("//models:resnet_pt2", attrs, {})
+    ctx = rule_context(AOTI_PACKAGE, "//models:resnet_pt2", attrs)
     package = File("kiln-out/models/resnet_pt2.pt2", "//models:resnet_pt2")
     files = declare_loader_library(
         ctx, package=package, model=RESNET, device="cpu", backend="inductor"
@@ -251,7 +247,7 @@ def test_rule_catalogue_does_not_import_jinja2() -> None:
 class Built:
     package: Path  # kiln-out/models/mlp_pt2.pt2
     loader: Path  # kiln-out/models/mlp_pt2_loader
-    spec: dict[str, Any]  # what the AotiPackage action was given (inputs, dynamic_dims)
+    spec: PackageSpec  # what the AotiPackage action was given (the model signature)
 
 
 def _run(
@@ -286,7 +282,7 @@ def built() -> Built:
     )
     _check(run, f"kiln build {TARGET}")
     out = REPO / "kiln-out" / "models"
-    spec = json.loads((out / "mlp_pt2.package.json").read_text())
+    spec = PackageSpec.read(out / "mlp_pt2.package.json")
     return Built(out / "mlp_pt2.pt2", out / "mlp_pt2_loader", spec)
 
 
@@ -351,15 +347,12 @@ def tensorrt_app(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Path
     _need("g++")
     loader = tmp_path_factory.mktemp("trt_loader")
     spec = built.spec
-    model = TorchModelInfo(
-        label="//models:mlp",
-        src=File("models/mlp.py"),
-        deps=(),
-        weights=None,
-        factory="mlp:build",
-        factory_kwargs={},
-        inputs=tuple(TensorSpec(**i) for i in spec["inputs"]),
-        dynamic_dims=tuple(DynamicDim(**d) for d in spec["dynamic_dims"]),
+    model = model_info(
+        "//models:mlp",
+        "models/mlp.py",
+        "mlp:build",
+        spec.signature.inputs,
+        spec.signature.dynamic_dims,
     )
     source = LoaderSource("mlp_pt2", TARGET, model, "cpu", "tensorrt", "../mlp_pt2.pt2")
     files = render_loader(source)
@@ -457,3 +450,47 @@ def test_generated_code_for_several_inputs_compiles(tmp_path: Path) -> None:
     _compile(
         [[*GXX_COMPILE, "-I", str(tmp_path), "-fsyntax-only", str(tmp_path / "detector_pt2.cpp")]]
     )
+
+
+# -- kiln's own code is part of what the loader is made from ---------------------------------
+
+
+def test_editing_kiln_code_regenerates_what_it_renders(built: Built, tmp_path: Path) -> None:
+    """Reproduces the stale-C++ bug: an edit of kiln/cc_templates.py (which names the
+    loader's class) must re-run analysis and the loader's FileWrite actions. A copy of
+    kiln is edited, run through PYTHONPATH; the disk cache built above serves the torch
+    actions, whose code did not change."""
+    kiln = tmp_path / "kiln-copy"
+    shutil.copytree(REPO / "tools", kiln / "tools", symlinks=True, ignore=_no_caches)
+    shutil.copytree(REPO / "rules", kiln / "rules", ignore=_no_caches)
+    workspace = tmp_path / "ws"
+    shutil.copytree(REPO / "models", workspace / "models", ignore=_no_caches)
+    (workspace / "WORKSPACE").write_text("")
+    env = {**SESSION_ENV, "PYTHONPATH": str(kiln / "tools")}
+    build = [
+        *(sys.executable, "-m", "kiln", "--nohome_rc", f"--output_base={tmp_path / 'base'}"),
+        *("build", TARGET),
+    ]
+    header = workspace / "kiln-out/models/mlp_pt2_loader/mlp_pt2.h"
+
+    first = _run(build, cwd=workspace, env=env, timeout=900)
+    _check(first, "kiln build (a copy of kiln)")
+    assert "class MlpPt2 {" in header.read_text()
+
+    templates = kiln / "tools/kiln/cc_templates.py"
+    text = templates.read_text()
+    original = 'return f"Model{name}" if name[0].isdigit() else name'
+    edited = text.replace(original, 'return f"Edited{name}"')
+    assert edited != text
+    templates.write_text(edited)
+    second = _run(build, cwd=workspace, env=env, timeout=900)
+    _check(second, "kiln build after editing cc_templates.py")
+    assert "class EditedMlpPt2 {" in header.read_text()
+    assert "0 executed" not in second.stderr
+
+
+def _no_caches(directory: str, names: list[str]) -> list[str]:
+    del directory
+    return [
+        n for n in names if n in ("__pycache__", "kiln-out", ".venv") or n.endswith(".egg-info")
+    ]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from kiln.exec.host import gpu_count
-from kiln.exec.toolchain import package_version
+from kiln.machine import distributions
 
 from tests.e2e.test_aoti_package import MLP_BUILD, make_workspace
 
@@ -54,7 +54,7 @@ def test_cuda_inductor_package_builds_and_validates(gpu_ws) -> None:  # type: ig
 
 
 @pytest.mark.skipif(
-    not (package_version("torch_tensorrt") or package_version("torch_tensorrt_rtx")),
+    not {"torch_tensorrt", "torch_tensorrt_rtx"} & dict(distributions()).keys(),
     reason="needs torch_tensorrt (or the TensorRT-RTX flavour)",
 )
 def test_cuda_tensorrt_package_builds_and_validates(gpu_ws) -> None:  # type: ignore[no-untyped-def]

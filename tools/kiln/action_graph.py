@@ -14,6 +14,14 @@ from dataclasses import dataclass, field
 
 GENERATED_ROOT = "kiln-out"
 
+# The whole environment of a Python action: nothing of the user's shell leaks in.
+PYTHON_ACTION_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "PYTHONHASHSEED": "0",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "LANG": "C.UTF-8",
+}
+
 
 @dataclass(frozen=True, slots=True, order=True)
 class File:

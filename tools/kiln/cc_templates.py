@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     import jinja2
 
 TEMPLATES = Path(__file__).resolve().parent / "rules" / "templates"
+# What this module reads besides code: the digests of everything that renders
+# templates (the analysis cache, the TrtLoader action's key) include them.
+__data_files__ = ("rules/templates/*.j2",)
 
 
 def class_name(target: str) -> str:

@@ -81,16 +81,6 @@ def target_name_problem(name: str) -> str | None:
     return None
 
 
-def check_package_name(package: str, original: str | None = None) -> None:
-    """Raise LabelError unless `package` is a valid package path ('' is the root package)."""
-    try:
-        _check_path(package, "package name", allow_empty=True)
-    except _Invalid as error:
-        raise LabelError(
-            f"invalid label {_quote(original or '//' + package)}: {error.reason}"
-        ) from None
-
-
 @dataclass(frozen=True, slots=True, order=True)
 class Label:
     """A canonical, absolute label: //package:name."""

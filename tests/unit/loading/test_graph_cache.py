@@ -10,8 +10,11 @@ import os
 import pickle
 
 import pytest
+from kiln import code_digest
+from kiln.code_digest import KILN_ROOT, CodeStamp
 from kiln.label import TargetPattern
 from kiln.loading import patterns
+from kiln.loading.graph_cache import LOADING_CODE
 
 from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace
 
@@ -162,8 +165,21 @@ def test_kilnignore_change_is_seen(ws: FixtureWorkspace) -> None:
 
 def test_cache_written_by_other_kiln_code_is_not_used(ws: FixtureWorkspace) -> None:
     data = pickle.loads(ws.graph_cache_file.read_bytes())
-    ws.graph_cache_file.write_bytes(pickle.dumps({**data, "fingerprint": "older kiln"}))
+    code: CodeStamp = data["code"]
+    # One of the files the loading code is made of, as it was before an edit.
+    (path, *_), *rest = code.stats
+    older = CodeStamp(code.roots, ((path, 1, 1, 1, 1), *rest))
+    ws.graph_cache_file.write_bytes(pickle.dumps({**data, "code": older}))
     assert Run(ws).evaluated == 4
+
+
+def test_cache_is_stamped_by_every_module_loading_imports() -> None:
+    files = {str(p.relative_to(KILN_ROOT)) for p in code_digest.files(LOADING_CODE)}
+    # BUILD evaluation, the rule catalogue, and what they import (attribute schemas,
+    # the spec records torch_model's attributes are) — nothing hand-listed.
+    assert {"loading/build_file.py", "rules/torch_model.py", "action_specs.py"} <= files
+    assert {"rule_api/attrs.py", "loading/package_builder.py", "label.py"} <= files
+    assert "cli/build.py" not in files
 
 
 def test_every_truncation_of_the_cache_file_is_survived(ws: FixtureWorkspace) -> None:
@@ -182,7 +198,7 @@ def test_every_truncation_of_the_cache_file_is_survived(ws: FixtureWorkspace) ->
 def test_garbage_in_the_cache_file_is_survived(ws: FixtureWorkspace) -> None:
     ws.graph_cache_file.write_bytes(b"not a pickle at all")
     assert Run(ws).evaluated == 4
-    ws.graph_cache_file.write_bytes(pickle.dumps({"fingerprint": "x"}))
+    ws.graph_cache_file.write_bytes(pickle.dumps({"format": "x"}))
     assert Run(ws).evaluated == 4
 
 

@@ -19,13 +19,16 @@ from typing import Any
 
 import pytest
 import torch
-from kiln.action_graph import File
+from kiln.action_specs import TrtEngineSpec, TrtLoaderSpec
 from kiln.actions import render_trt_loader, trt_engine
 from kiln.actions import spec as action_spec
 from kiln.actions.spec import ActionFailure
-from kiln.rules.torch_model import DynamicDim, TensorSpec, TorchModelInfo
+from kiln.rule_api import DynamicDim, TensorSpec
 from trt_fixtures import GPU_STANDARD, analyze, written
+from trt_manifests import record
 from trt_standin import NOT_SET_UP, Input, StandIn, engine_bytes
+
+from tests.model_fixtures import model_info
 
 TINY_SOURCE = """\
 import torch
@@ -45,15 +48,12 @@ def build():
     return Tiny()
 """
 
-TINY = TorchModelInfo(
-    label="//models:tiny",
-    src=File("models/trt_contract_tiny.py"),
-    deps=(),
-    weights=None,
-    factory="trt_contract_tiny:build",
-    factory_kwargs={},
-    inputs=(TensorSpec(name="x", shape=[8, 10], dtype="float32"),),
-    dynamic_dims=(DynamicDim(name="batch", min=1, max=64, axes={"x": 0}),),
+TINY = model_info(
+    "//models:tiny",
+    "models/trt_contract_tiny.py",
+    "trt_contract_tiny:build",
+    (TensorSpec(name="x", shape=(8, 10), dtype="float32"),),
+    (DynamicDim(name="batch", min=1, max=64, axes={"x": 0}),),
 )
 
 
@@ -84,7 +84,7 @@ def run_engine_action(
     spec = written(actions, f"kiln-out/models/{attrs['name']}.trt.json")
     spec["device"] = "cpu"  # the rule says cuda; there is none here
     standin.install(monkeypatch)
-    trt_engine.main(spec)
+    trt_engine.main(record(spec, TrtEngineSpec))
     manifest: dict[str, Any] = json.loads(Path(spec["manifest"]).read_text())
     return spec, manifest
 
@@ -200,6 +200,7 @@ def test_contract_with_standin_documented_save_is_used_when_it_works(
     assert manifest["program"] == {
         "file": "tiny_win.ep",
         "saved_with": "torch_tensorrt.save",
+        "documented_save_error": None,
         "load": 'torch_tensorrt.load("tiny_win.ep").module()',
         "load_on": "Windows x86-64",
     }
@@ -260,10 +261,10 @@ def test_contract_with_standin_no_windows_builder_fails_before_compiling(
     _, actions = analyze(monkeypatch, {"name": "tiny_win"}, windows_rule=True, model=TINY)
     spec = written(actions, "kiln-out/models/tiny_win.trt.json")
     spec_file = execroot / "spec.json"
-    spec_file.write_text(json.dumps(spec))
+    spec_file.write_text(record(spec, TrtEngineSpec).to_json())
     standin.install(monkeypatch)
     with pytest.raises(SystemExit) as exit_info:
-        action_spec.run(trt_engine.main, [str(spec_file)])
+        action_spec.run(trt_engine.main, TrtEngineSpec, [str(spec_file)])
     assert exit_info.value.code == 1
     assert capsys.readouterr().err == (
         "kiln-action-error: torch_tensorrt.ENABLED_FEATURES.windows_cross_compile is False on "
@@ -313,7 +314,7 @@ def test_contract_with_standin_several_engines_and_fallback_ops_are_numbered_and
         ],
     }
     with pytest.raises(ActionFailure) as failure:
-        render_trt_loader.render(manifest)
+        render_trt_loader.render(record(manifest))
     assert str(failure.value) == (
         "no raw-engine C++ loader for //models:tiny_win: it needs exactly one TensorRT engine "
         "and no PyTorch fallback ops, and the build left 2 TensorRT engines (a raw-engine "
@@ -321,7 +322,9 @@ def test_contract_with_standin_several_engines_and_fallback_ops_are_numbered_and
         "require_full_compilation = True (and see which ops TensorRT cannot convert), or "
         "cc_loader = False to build the .ep and engines without the C++ loader"
     )
-    assert sorted(render_trt_loader.render(manifest, cc_loader=False)) == ["load_tiny_win.py"]
+    assert sorted(render_trt_loader.render(record(manifest), cc_loader=False)) == [
+        "load_tiny_win.py"
+    ]
 
 
 def test_contract_with_standin_manifest_renders_the_loader_folder(
@@ -334,8 +337,10 @@ def test_contract_with_standin_manifest_renders_the_loader_folder(
     spec = written(actions, "kiln-out/models/tiny_win.trt.json")
     spec["device"] = "cpu"
     standin.install(monkeypatch)
-    trt_engine.main(spec)
-    render_trt_loader.main(written(actions, "kiln-out/models/tiny_win.loader.json"))
+    trt_engine.main(record(spec, TrtEngineSpec))
+    render_trt_loader.main(
+        record(written(actions, "kiln-out/models/tiny_win.loader.json"), TrtLoaderSpec)
+    )
     folder = execroot / "kiln-out/models/tiny_win_loader"
     assert sorted(p.name for p in folder.iterdir()) == [
         "CMakeLists.txt",

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from kiln.action_specs import ShapeRange
 from kiln.actions import trt_engine
 from kiln.actions.spec import ActionFailure
 from kiln.actions.trt_engine import (
@@ -124,10 +125,10 @@ def test_output_shapes_follow_from_the_input_ranges() -> None:
         (torch.randn(4, 5), torch.randn(3, 5)),
         dynamic_shapes=({0: batch}, {0: other}),
     )
-    ranges = [
-        {"name": "a", "min": [1, 5], "opt": [4, 5], "max": [32, 5], "dtype": "float32"},
-        {"name": "b", "min": [2, 5], "opt": [3, 5], "max": [8, 5], "dtype": "float32"},
-    ]
+    ranges = (
+        ShapeRange(name="a", min=(1, 5), opt=(4, 5), max=(32, 5), dtype="float32"),
+        ShapeRange(name="b", min=(2, 5), opt=(3, 5), max=(8, 5), dtype="float32"),
+    )
     inputs, outputs = program_io(program, ranges)
     assert inputs == {"x": ranges[0], "y": ranges[1]}  # by position: forward's names
     assert outputs == [

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kiln.action_specs import TrtLoaderSpec
 from kiln.actions import render_trt_loader
 from kiln.actions.render_trt_loader import class_name, render
 from kiln.actions.spec import ActionFailure
-from trt_manifests import detector_linux_rtx, resnet_win
+from trt_manifests import detector_linux_rtx, record, resnet_win
 
 STANDIN_INCLUDE = Path(__file__).resolve().parent / "standin_include"
 
@@ -32,7 +33,7 @@ def test_class_and_files_are_named_after_the_target() -> None:
     assert class_name("resnet_win") == "ResnetWin"
     assert class_name("mlp_trt") == "MlpTrt"
     assert class_name("3d-unet.trt") == "Model3dUnetTrt"
-    files = render(resnet_win())
+    files = render(record(resnet_win()))
     assert sorted(files) == [
         "CMakeLists.txt",
         "load_resnet_win.py",
@@ -45,7 +46,7 @@ def test_class_and_files_are_named_after_the_target() -> None:
 
 
 def test_bindings_dtypes_and_ranges_come_from_the_manifest() -> None:
-    header = render(detector_linux_rtx())["detector_trt_trt.h"]
+    header = render(record(detector_linux_rtx()))["detector_trt_trt.h"]
     assert "static constexpr std::size_t kNumInputs = 2;" in header
     assert "static constexpr std::size_t kNumOutputs = 2;" in header
     assert "static constexpr std::size_t kMaxRank = 4;" in header
@@ -69,7 +70,7 @@ def test_bindings_dtypes_and_ranges_come_from_the_manifest() -> None:
 
 
 def test_runtime_api_calls_and_shape_checks() -> None:
-    files = render(detector_linux_rtx())
+    files = render(record(detector_linux_rtx()))
     source = files["detector_trt_trt.cpp"]
     for call in (
         "nvinfer1::createInferRuntime(logger)",
@@ -88,11 +89,11 @@ def test_runtime_api_calls_and_shape_checks() -> None:
     assert "throw std::invalid_argument" in source
     # version-compatible engines carry their lean runtime: host code must be allowed
     assert "setEngineHostCodeAllowed" not in source
-    assert "setEngineHostCodeAllowed(true)" in render(resnet_win())["resnet_win_trt.cpp"]
+    assert "setEngineHostCodeAllowed(true)" in render(record(resnet_win()))["resnet_win_trt.cpp"]
 
 
 def test_cmake_builds_with_msvc_for_windows_and_gxx_for_linux() -> None:
-    windows = render(resnet_win())["CMakeLists.txt"]
+    windows = render(record(resnet_win()))["CMakeLists.txt"]
     assert "if(NOT WIN32 OR NOT MSVC)" in windows
     assert "/W4 /permissive- /EHsc /Zc:__cplusplus" in windows
     assert '-G "Visual Studio 17 2022" -A x64' in windows
@@ -100,7 +101,7 @@ def test_cmake_builds_with_msvc_for_windows_and_gxx_for_linux() -> None:
     assert "-Wall" not in windows
     assert "..\\resnet_win.engines\\resnet_win.engine" in windows
 
-    linux = render(detector_linux_rtx())["CMakeLists.txt"]
+    linux = render(record(detector_linux_rtx()))["CMakeLists.txt"]
     assert 'CMAKE_CXX_COMPILER_ID STREQUAL "GNU"' in linux
     assert "-Wall -Wextra" in linux
     assert "MSVC" not in linux
@@ -113,13 +114,13 @@ def test_cmake_builds_with_msvc_for_windows_and_gxx_for_linux() -> None:
 
 
 def test_python_example_loads_the_ep_the_way_it_was_saved() -> None:
-    coded = render(resnet_win())["load_resnet_win.py"]
+    coded = render(record(resnet_win()))["load_resnet_win.py"]
     assert (
         "return torch_tensorrt.load_cross_compiled_exported_program(str(PROGRAM)).module()" in coded
     )
     assert 'PROGRAM = Path(__file__).resolve().parent / "../resnet_win.ep"' in coded
     assert 'platform.system() != "Windows"' in coded
-    documented = render(detector_linux_rtx())["load_detector_trt.py"]
+    documented = render(record(detector_linux_rtx()))["load_detector_trt.py"]
     assert "return torch_tensorrt.load(str(PROGRAM)).module()" in documented
     assert 'platform.system() != "Linux"' in documented
     for text in (coded, documented):
@@ -130,19 +131,26 @@ def test_python_example_loads_the_ep_the_way_it_was_saved() -> None:
 def test_no_cc_loader_renders_only_the_python_example() -> None:
     manifest = resnet_win()
     manifest["raw_engine"] = {"deployable": False, "problems": ["2 TensorRT engines (...)"]}
-    assert sorted(render(manifest, cc_loader=False)) == ["load_resnet_win.py"]
+    assert sorted(render(record(manifest), cc_loader=False)) == ["load_resnet_win.py"]
     with pytest.raises(ActionFailure, match=r"^no raw-engine C\+\+ loader for //models:resnet_win"):
-        render(manifest)
+        render(record(manifest))
 
 
 def test_action_writes_the_folder(tmp_path: Path) -> None:
-    import json
 
     manifest = tmp_path / "resnet_win.manifest.json"
-    manifest.write_text(json.dumps(resnet_win()))
+    manifest.write_text(record(resnet_win()).to_json())
     out = tmp_path / "resnet_win_loader"
-    render_trt_loader.main({"manifest": str(manifest), "output": str(out), "cc_loader": True})
-    assert sorted(p.name for p in out.iterdir()) == sorted(render(resnet_win()))
+    render_trt_loader.main(
+        TrtLoaderSpec(
+            label="//models:resnet_win",
+            name="resnet_win",
+            manifest=str(manifest),
+            output=str(out),
+            cc_loader=True,
+        )
+    )
+    assert sorted(p.name for p in out.iterdir()) == sorted(render(record(resnet_win())))
 
 
 # -- C++ syntax ------------------------------------------------------------------------------
@@ -179,7 +187,7 @@ def test_contract_with_standin_headers_loader_is_valid_cxx(
     """Contract test with stand-in headers (standin_include/: the TensorRT 10 runtime API and
     the CUDA runtime API as kiln uses them, declarations only): the generated loader and
     runner are valid C++17, warning-free with -Wall -Wextra."""
-    folder = _write(render(manifest), tmp_path / "loader")
+    folder = _write(render(record(manifest)), tmp_path / "loader")
     _syntax_check(folder, [STANDIN_INCLUDE])
 
 
@@ -218,5 +226,5 @@ def test_loader_compiles_against_real_tensorrt_headers(
             "no cuda_runtime_api.h (set CUDA_INCLUDE_DIR, or install the CUDA toolkit or the "
             "nvidia-cuda-runtime wheel): TensorRT's headers include it"
         )
-    folder = _write(render(manifest), tmp_path / "loader")
+    folder = _write(render(record(manifest)), tmp_path / "loader")
     _syntax_check(folder, [Path(include), cuda])

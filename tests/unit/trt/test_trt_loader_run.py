@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from kiln.actions.render_trt_loader import render
-from trt_manifests import doubler_linux
+from trt_manifests import doubler_linux, record
 
 STANDIN = Path(__file__).resolve().parent / "standin_include"
 ENGINE = "standin-engine\nin x float32\nout output0 float32\n"
@@ -29,7 +29,7 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if gxx is None:
         pytest.skip("no g++ on this machine")
     folder = tmp_path_factory.mktemp("double_trt_loader")
-    for name, text in render(doubler_linux()).items():
+    for name, text in render(record(doubler_linux())).items():
         (folder / name).write_text(text)
     binary = folder / "double_trt_run"
     subprocess.run(

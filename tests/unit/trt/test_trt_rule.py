@@ -12,10 +12,11 @@ import pytest
 from kiln.action_graph import Action
 from kiln.cache.digest import digest_bytes
 from kiln.exec.action_key import compute_key
-from kiln.exec.trt_probe import FAKE_ENV, Gpu
+from kiln.rule_api import ShapeRange
 from kiln.rule_api.context import AnalysisError
 from kiln.rule_api.providers import DefaultInfo
-from kiln.rules.trt_engine import TrtEngineInfo, default_ranges
+from kiln.rules.trt_engine import TrtEngineInfo
+from kiln.rules.trt_toolchain import FAKE_ENV, Gpu
 from trt_fixtures import (
     CPU_ONLY,
     GPU_RTX,
@@ -119,7 +120,7 @@ def test_spec_holds_settings_ranges_and_platform(monkeypatch: pytest.MonkeyPatch
         "use_fp32_acc": True,
     }
     assert spec["build_gpu"] == {"name": "NVIDIA H200", "compute_capability": "9.0"}
-    assert spec["model"]["factory"] == "mlp:build"
+    assert spec["model"]["source"]["factory"] == "mlp:build"
     assert spec["program"] == "kiln-out/models/mlp_win.ep"
     assert spec["engines"] == "kiln-out/models/mlp_win.engines"
 
@@ -200,16 +201,16 @@ def test_loader_spec_and_manifest_are_wired(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_default_ranges_widen_dynamic_dims_and_use_their_opt() -> None:
-    assert default_ranges(TWO_INPUTS) == [
-        {
-            "name": "image",
-            "min": [1, 3, 32, 48],
-            "opt": [4, 3, 64, 48],  # batch opt 4; height: the example's 64
-            "max": [8, 3, 512, 48],
-            "dtype": "float16",
-        },
-        {"name": "class", "min": [1, 7], "opt": [4, 7], "max": [8, 7], "dtype": "int64"},
-    ]
+    assert TWO_INPUTS.signature.ranges() == (
+        ShapeRange(
+            name="image",
+            min=(1, 3, 32, 48),
+            opt=(4, 3, 64, 48),  # batch opt 4; height: the example's 64
+            max=(8, 3, 512, 48),
+            dtype="float16",
+        ),
+        ShapeRange(name="class", min=(1, 7), opt=(4, 7), max=(8, 7), dtype="int64"),
+    )
 
 
 def test_given_ranges_are_used(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -413,4 +414,4 @@ def test_model_must_be_a_torch_model(make_workspace: MakeWorkspace) -> None:
 
 
 def test_mlp_shape_in_the_fixture_matches_the_repository_model() -> None:
-    assert MLP.inputs[0].shape == [8, 10]
+    assert MLP.signature.inputs[0].shape == (8, 10)

@@ -7,41 +7,29 @@ the probes here stand for the machines the rule is meant for.
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
-from kiln.action_graph import Action, File
-from kiln.exec import trt_probe
-from kiln.exec.trt_probe import Gpu, Probe
-from kiln.rule_api.context import RuleContext
-from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo
-from kiln.rules.torch_model import DynamicDim, TensorSpec, TorchModelInfo
+from kiln.action_graph import Action
+from kiln.rule_api import AnalyzedTarget, DefaultInfo, DynamicDim, TensorSpec
+from kiln.rules import trt_toolchain as trt_probe
+from kiln.rules.torch_model import TorchModelInfo
+from kiln.rules.trt_engine import RULE as TRT_ENGINE
 from kiln.rules.trt_engine import TrtEngineAttrs
+from kiln.rules.trt_toolchain import Gpu, Probe
+from kiln.rules.trt_windows_engine import RULE as TRT_WINDOWS_ENGINE
 from kiln.rules.trt_windows_engine import TrtWindowsEngineAttrs
 
-MLP = TorchModelInfo(
-    label="//models:mlp",
-    src=File("models/mlp.py"),
-    deps=(),
-    weights=None,
-    factory="mlp:build",
-    factory_kwargs={},
-    inputs=(TensorSpec(name="x", shape=[8, 10], dtype="float32"),),
-    dynamic_dims=(DynamicDim(name="batch", min=1, max=64, axes={"x": 0}),),
-)
+from tests.model_fixtures import MLP, model_info, rule_context
 
-TWO_INPUTS = TorchModelInfo(
-    label="//models:detector",
-    src=File("models/detector.py"),
-    deps=(),
-    weights=None,
-    factory="detector:build",
-    factory_kwargs={},
-    inputs=(
-        TensorSpec(name="image", shape=[2, 3, 64, 48], dtype="float16"),
-        TensorSpec(name="class", shape=[2, 7], dtype="int64"),
+TWO_INPUTS = model_info(
+    "//models:detector",
+    "models/detector.py",
+    "detector:build",
+    (
+        TensorSpec(name="image", shape=(2, 3, 64, 48), dtype="float16"),
+        TensorSpec(name="class", shape=(2, 7), dtype="int64"),
     ),
-    dynamic_dims=(
+    (
         DynamicDim(name="batch", min=1, max=8, opt=4, axes={"image": 0, "class": 0}),
         DynamicDim(name="height", min=32, max=512, axes={"image": 2}),
     ),
@@ -114,9 +102,8 @@ def analyze(
     schema = TrtWindowsEngineAttrs if windows_rule else TrtEngineAttrs
     validated = schema.model_validate({"model": model.label, **attrs})
     label = f"//{package}:{attrs['name']}"
-    ctx: RuleContext[Any] = RuleContext(
-        label, validated, {model.label: model_target(model)}, python=sys.executable
-    )
+    rule = TRT_WINDOWS_ENGINE if windows_rule else TRT_ENGINE
+    ctx = rule_context(rule, label, validated, {model.label: model_target(model)})
     providers = implementation(ctx)
     return providers, ctx.actions.declared
 
@@ -127,10 +114,12 @@ def by_mnemonic(actions: list[Action], mnemonic: str) -> Action:
 
 
 def written(actions: list[Action], path: str) -> dict[str, Any]:
-    """The JSON a FileWrite action of `actions` writes to `path`."""
+    """The fields of the spec a FileWrite action of `actions` writes to `path` (its JSON
+    without the record's kind and format)."""
     (found,) = [a for a in actions if a.content is not None and a.outputs[0].path == path]
     assert found.content is not None
     data: dict[str, Any] = json.loads(found.content)
+    assert data.pop("format") == 1 and data.pop("kind")
     return data
 
 

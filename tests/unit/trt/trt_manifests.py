@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
+
+from kiln.action_specs import Spec, TrtManifest
 
 _RESNET_WIN: dict[str, Any] = {
     "format": 1,
@@ -95,6 +98,7 @@ _DETECTOR_LINUX_RTX: dict[str, Any] = {
         "saved_with": "torch_tensorrt.save",
         "load": 'torch_tensorrt.load("detector_trt.ep").module()',
         "load_on": "Linux x86-64",
+        "documented_save_error": None,
     },
     "engines": [
         {
@@ -169,6 +173,7 @@ def doubler_linux() -> dict[str, Any]:
                 "saved_with": "torch_tensorrt.save",
                 "load": 'torch_tensorrt.load("double_trt.ep").module()',
                 "load_on": "Linux x86-64",
+                "documented_save_error": None,
             },
             "inputs": [{"name": "x", **ranges}],
             "forced_off": {},
@@ -182,3 +187,9 @@ def doubler_linux() -> dict[str, Any]:
         }
     )
     return manifest
+
+
+def record(data: dict[str, Any], kind: type[Spec] = TrtManifest) -> Any:
+    """`data` (a manifest or spec as JSON holds it, perhaps edited) read as a `kind` record,
+    as the action that reads the file would."""
+    return kind.from_json(json.dumps({"kind": kind.kind, "format": 1, **data}))

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
 import shutil
 import sys
@@ -26,13 +25,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kiln.action_specs import PackageSpec
 from kiln.actions import spec as action_spec
 from kiln.actions.spec import ActionFailure
 
 
 @contextlib.contextmanager
-def private_inductor_cache(spec: dict[str, Any]) -> Iterator[Path]:
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+def private_inductor_cache(spec: PackageSpec) -> Iterator[Path]:
+    digest = hashlib.sha256(spec.to_json().encode()).hexdigest()[:16]
     # A fixed path (not the per-run execroot, not $TMPDIR) so the generated
     # sources, which embed it, are the same from run to run.
     base = Path("/tmp") / f"kiln-inductor-{digest}"
@@ -76,31 +76,31 @@ def pin_temp_dirs() -> None:
     codecache._HEADER_DIR = str(SHARED_TMP / "precompiled_headers")
 
 
-def main(spec: dict[str, Any]) -> None:
-    output = Path(spec["output"]).resolve()
+def main(spec: PackageSpec) -> None:
+    output = Path(spec.output).resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
     with private_inductor_cache(spec) as cache:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
         os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
-        os.environ.update(cpu_target_env(spec["cpu_target"]))
+        os.environ.update(cpu_target_env(spec.cpu_target))
         pin_temp_dirs()
         import torch
 
-        program = torch.export.load(spec["program"])
-        if spec["backend"] == "tensorrt":
+        program = torch.export.load(spec.program)
+        if spec.tensorrt is not None:
             from kiln.actions import tensorrt_backend
 
-            tensorrt_backend.package(program, spec, output, cache)
+            tensorrt_backend.package(program, spec, spec.tensorrt, output, cache)
         else:
-            _inductor(torch, program, spec, output)
+            _inductor(program, spec, output)
 
 
-def _inductor(torch: Any, program: Any, spec: dict[str, Any], output: Path) -> None:
+def _inductor(program: Any, spec: PackageSpec, output: Path) -> None:
     import torch._inductor
 
     try:
         torch._inductor.aoti_compile_and_package(
-            program, package_path=str(output), inductor_configs=spec["inductor_configs"]
+            program, package_path=str(output), inductor_configs=dict(spec.inductor_configs)
         )
     except Exception as error:
         raise ActionFailure(
@@ -109,4 +109,4 @@ def _inductor(torch: Any, program: Any, spec: dict[str, Any], output: Path) -> N
 
 
 if __name__ == "__main__":
-    action_spec.run(main, sys.argv[1:])
+    action_spec.run(main, PackageSpec, sys.argv[1:])

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from kiln.action_specs import WeightsSpec
 from kiln.actions import spec as action_spec
 from kiln.actions.model_loading import build_model
 
 
-def main(spec: dict[str, Any]) -> None:
-    model = build_model(spec["model"])
+def main(spec: WeightsSpec) -> None:
+    model = build_model(spec.source)
     # Contiguous, detached copies: safetensors refuses shared or strided storage.
     state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
-    output = Path(spec["output"])
+    output = Path(spec.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     if output.suffix == ".safetensors":
         from safetensors.torch import save_file
@@ -27,4 +27,4 @@ def main(spec: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    action_spec.run(main, sys.argv[1:])
+    action_spec.run(main, WeightsSpec, sys.argv[1:])

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from kiln.action_specs import ModelSignature, ModelSource, TensorSpec
 from kiln.actions.spec import ActionFailure
 
 DTYPES = {
@@ -23,10 +24,10 @@ DTYPES = {
 }
 
 
-def build_model(model: dict[str, Any]) -> torch.nn.Module:
+def build_model(model: ModelSource) -> torch.nn.Module:
     """Import `module:function` from the model's source directory and call it."""
-    src = Path(model["src"])
-    module_name, _, function_name = model["factory"].partition(":")
+    src = Path(model.src)
+    module_name, _, function_name = model.factory.partition(":")
     directory = str(src.parent.resolve())
     if directory not in sys.path:
         sys.path.insert(0, directory)
@@ -39,23 +40,23 @@ def build_model(model: dict[str, Any]) -> torch.nn.Module:
     factory = getattr(module, function_name, None)
     if not callable(factory):
         raise ActionFailure(
-            f"{src} defines no function '{function_name}' (factory {model['factory']})"
+            f"{src} defines no function '{function_name}' (factory {model.factory})"
         )
     # Models without weights are initialized randomly: seed it, so export and
     # validation (separate processes) build the very same model.
-    torch.manual_seed(model.get("seed", 0))
+    torch.manual_seed(model.seed)
     try:
-        built = factory(**model.get("factory_kwargs", {}))
+        built = factory(**model.factory_kwargs)
     except Exception as error:
         raise ActionFailure(
-            f"factory {model['factory']} raised {type(error).__name__}: {error}"
+            f"factory {model.factory} raised {type(error).__name__}: {error}"
         ) from error
     if not isinstance(built, torch.nn.Module):
         raise ActionFailure(
-            f"factory {model['factory']} returned {type(built).__name__}, not a torch.nn.Module"
+            f"factory {model.factory} returned {type(built).__name__}, not a torch.nn.Module"
         )
-    if model.get("weights"):
-        load_weights(built, Path(model["weights"]))
+    if model.weights:
+        load_weights(built, Path(model.weights))
     return built.eval()
 
 
@@ -83,14 +84,16 @@ def load_weights(module: torch.nn.Module, path: Path) -> None:
 
 
 def example_inputs(
-    inputs: list[dict[str, Any]], shapes: dict[str, list[int]] | None = None, seed: int = 0
+    inputs: tuple[TensorSpec, ...],
+    shapes: dict[str, tuple[int, ...]] | None = None,
+    seed: int = 0,
 ) -> tuple[torch.Tensor, ...]:
     """Deterministic example tensors (same seed, same bytes) of the declared specs."""
     generator = torch.Generator().manual_seed(seed)
     tensors = []
     for spec in inputs:
-        shape = (shapes or {}).get(spec["name"], spec["shape"])
-        dtype = DTYPES[spec["dtype"]]
+        shape = (shapes or {}).get(spec.name, spec.shape)
+        dtype = DTYPES[spec.dtype]
         if dtype.is_floating_point:
             tensor = torch.randn(shape, generator=generator, dtype=torch.float32).to(dtype)
         elif dtype == torch.bool:
@@ -101,14 +104,14 @@ def example_inputs(
     return tuple(tensors)
 
 
-def dynamic_shapes(
-    inputs: list[dict[str, Any]], dims: list[dict[str, Any]]
-) -> dict[str, dict[int, Any]] | None:
-    if not dims:
+def dynamic_shapes(signature: ModelSignature) -> tuple[dict[int, Any], ...] | None:
+    """torch.export's dynamic_shapes, by position (input names need not match forward()'s
+    parameter names): a torch.export.Dim on every axis a dynamic dim binds."""
+    if not signature.dynamic_dims:
         return None
-    shapes: dict[str, dict[int, Any]] = {spec["name"]: {} for spec in inputs}
-    for dim in dims:
-        tdim = torch.export.Dim(dim["name"], min=dim["min"], max=dim["max"])
-        for input_name, axis in dim["axes"].items():
+    shapes: dict[str, dict[int, Any]] = {spec.name: {} for spec in signature.inputs}
+    for dim in signature.dynamic_dims:
+        tdim = torch.export.Dim(dim.name, min=dim.min, max=dim.max)
+        for input_name, axis in dim.axes.items():
             shapes[input_name][axis] = tdim
-    return shapes
+    return tuple(shapes[spec.name] for spec in signature.inputs)

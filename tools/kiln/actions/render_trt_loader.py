@@ -15,8 +15,8 @@ the directory output <name>_loader/ it writes
 
 A raw-engine deployment needs exactly one engine and no PyTorch fallback ops;
 when the build left more, this action fails and says which (cc_loader = False
-renders only the Python example). The templates (rules/templates/trt_*) are
-part of the action key through kiln.exec.toolchain.actions_digest().
+renders only the Python example). The templates (rules/templates/) are
+part of the action key: kiln.cc_templates declares them (kiln.code_digest).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kiln.action_specs import Binding, ShapeRange, TrtLoaderSpec, TrtManifest
 from kiln.actions import spec as action_spec
 from kiln.actions.spec import ActionFailure
 from kiln.cc_templates import class_name, environment
@@ -43,11 +44,11 @@ TRT_DTYPES = {
 }
 
 
-def main(spec: dict[str, Any]) -> None:
-    manifest = json.loads(Path(spec["manifest"]).read_text())
-    output = Path(spec["output"])
+def main(spec: TrtLoaderSpec) -> None:
+    manifest = TrtManifest.read(spec.manifest)
+    output = Path(spec.output)
     output.mkdir(parents=True, exist_ok=True)
-    for filename, text in render(manifest, cc_loader=spec.get("cc_loader", True)).items():
+    for filename, text in render(manifest, cc_loader=spec.cc_loader).items():
         (output / filename).write_text(text)
 
 
@@ -66,14 +67,14 @@ def loader_files(name: str, *, cc_loader: bool = True) -> dict[str, str]:
     return files
 
 
-def render(manifest: dict[str, Any], *, cc_loader: bool = True) -> dict[str, str]:
+def render(manifest: TrtManifest, *, cc_loader: bool = True) -> dict[str, str]:
     """File name -> text of the loader folder."""
 
-    raw = manifest["raw_engine"]
-    if cc_loader and not raw["deployable"]:
+    raw = manifest.raw_engine
+    if cc_loader and not raw.deployable:
         raise ActionFailure(
-            f"no raw-engine C++ loader for {manifest['label']}: it needs exactly one TensorRT "
-            f"engine and no PyTorch fallback ops, and the build left {'; '.join(raw['problems'])}. "
+            f"no raw-engine C++ loader for {manifest.label}: it needs exactly one TensorRT "
+            f"engine and no PyTorch fallback ops, and the build left {'; '.join(raw.problems)}. "
             "Set require_full_compilation = True (and see which ops TensorRT cannot convert), "
             "or cc_loader = False to build the .ep and engines without the C++ loader"
         )
@@ -82,25 +83,25 @@ def render(manifest: dict[str, Any], *, cc_loader: bool = True) -> dict[str, str
     context = template_context(manifest, cc_loader=cc_loader)
     return {
         filename: env.get_template(template).render(context)
-        for filename, template in loader_files(manifest["name"], cc_loader=cc_loader).items()
+        for filename, template in loader_files(manifest.name, cc_loader=cc_loader).items()
     }
 
 
-def template_context(manifest: dict[str, Any], *, cc_loader: bool = True) -> dict[str, Any]:
-    name = manifest["name"]
-    windows = manifest["platform"] == "windows_x86_64"
-    toolchain = manifest["toolchain"]
-    rtx = toolchain.get("flavour") == "rtx"
-    version = str(toolchain.get("tensorrt") or "")
+def template_context(manifest: TrtManifest, *, cc_loader: bool = True) -> dict[str, Any]:
+    name = manifest.name
+    windows = manifest.platform == "windows_x86_64"
+    toolchain = manifest.toolchain
+    rtx = toolchain.flavour == "rtx"
+    version = str(toolchain.tensorrt or "")
     major, _, rest = version.partition(".")
     minor = rest.partition(".")[0]
-    program = manifest["program"]
+    program = manifest.program
     context: dict[str, Any] = {
         "name": name,
-        "label": manifest["label"],
-        "model_label": manifest["model"],
+        "label": manifest.label,
+        "model_label": manifest.model,
         "class_name": class_name(name),
-        "platform": manifest["platform"],
+        "platform": manifest.platform,
         "windows": windows,
         "platform_text": "Windows x86-64" if windows else "Linux x86-64",
         "rtx": rtx,
@@ -108,25 +109,25 @@ def template_context(manifest: dict[str, Any], *, cc_loader: bool = True) -> dic
         "tensorrt_version": version or "unknown",
         "library_names": _library_names(rtx=rtx, windows=windows, major=major, minor=minor),
         "toolchain": toolchain,
-        "build_gpu": manifest["build_gpu"],
-        "compatibility": manifest["compatibility"],
-        "program_file": program["file"],
-        "program_from_loader": f"../{program['file']}",
-        "saved_with": program["saved_with"],
-        "load_code": program["load"],
-        "coded_save": program["saved_with"] != "torch_tensorrt.save",
-        "inputs_json": json.dumps(manifest["inputs"], indent=4),
-        "py_inputs": manifest["inputs"],
+        "build_gpu": manifest.build_gpu,
+        "compatibility": manifest.compatibility,
+        "program_file": program.file,
+        "program_from_loader": f"../{program.file}",
+        "saved_with": program.saved_with,
+        "load_code": program.load,
+        "coded_save": program.saved_with != "torch_tensorrt.save",
+        "inputs_json": json.dumps([_range_json(r) for r in manifest.inputs], indent=4),
+        "py_inputs": manifest.inputs,
     }
     if not cc_loader:
         return context
-    engine = manifest["engines"][0]
-    inputs = [_tensor(t, "input") for t in engine["inputs"]]
-    outputs = [_tensor(t, "output") for t in engine["outputs"]]
+    engine = manifest.engines[0]
+    inputs = [_tensor(t, "input") for t in engine.inputs]
+    outputs = [_tensor(t, "output") for t in engine.outputs]
     context.update(
         {
-            "engine_file": engine["file"].rsplit("/", 1)[-1],
-            "engine_from_loader": f"../{engine['file']}",
+            "engine_file": engine.file.rsplit("/", 1)[-1],
+            "engine_from_loader": f"../{engine.file}",
             "inputs": inputs,
             "outputs": outputs,
             "max_rank": max([t["rank"] for t in inputs + outputs] + [1]),
@@ -139,22 +140,33 @@ def template_context(manifest: dict[str, Any], *, cc_loader: bool = True) -> dic
     return context
 
 
-def _tensor(binding: dict[str, Any], kind: str) -> dict[str, Any]:
-    dtype = binding.get("dtype")
-    if kind == "input" and (dtype is None or binding.get("min") is None):
+def _range_json(item: ShapeRange) -> dict[str, Any]:
+    """An input's range as the Python example shows it: name, shapes, dtype."""
+    return {
+        "name": item.name,
+        "min": list(item.min),
+        "opt": list(item.opt),
+        "max": list(item.max),
+        "dtype": item.dtype,
+    }
+
+
+def _tensor(binding: Binding, kind: str) -> dict[str, Any]:
+    dtype = binding.dtype
+    if kind == "input" and (dtype is None or binding.min is None):
         raise ActionFailure(
             f"the manifest does not say the dtype and shape range of engine input "
-            f"'{binding['name']}' (it is not an input of the exported program)"
+            f"'{binding.name}' (it is not an input of the exported program)"
         )
     if dtype is not None and dtype not in TRT_DTYPES:
         raise ActionFailure(
-            f"engine tensor '{binding['name']}' has dtype {dtype}, unknown to TensorRT"
+            f"engine tensor '{binding.name}' has dtype {dtype}, unknown to TensorRT"
         )
-    shapes = [binding.get(k) for k in ("min", "opt", "max")]
+    shapes = [binding.min, binding.opt, binding.max]
     rank = len(shapes[0]) if shapes[0] is not None else 0
     lo, opt, hi = ([(-1 if d is None else d) for d in s] if s is not None else [] for s in shapes)
     return {
-        "name": binding["name"],
+        "name": binding.name,
         "dtype": dtype or "",
         "dtype_known": dtype is not None,
         "trt_dtype": TRT_DTYPES[dtype][0] if dtype else "kFLOAT",
@@ -179,12 +191,12 @@ def _library_names(*, rtx: bool, windows: bool, major: str, minor: str) -> list[
 def _example_error(inputs: list[dict[str, Any]]) -> str:
     """The message of a bad input for the header's comment: a dimension past its max."""
     for wanted_dynamic in (True, False):
-        for spec in inputs:
-            for axis, (lo, hi) in enumerate(zip(spec["min"], spec["max"], strict=True)):
+        for tensor in inputs:
+            for axis, (lo, hi) in enumerate(zip(tensor["min"], tensor["max"], strict=True)):
                 if (lo != hi) == wanted_dynamic:
-                    return f"input '{spec['name']}' dim {axis} is {hi + 1}, outside [{lo}, {hi}]"
+                    return f"input '{tensor['name']}' dim {axis} is {hi + 1}, outside [{lo}, {hi}]"
     return f"expected {len(inputs)} input shapes, got {len(inputs) + 1}"
 
 
 if __name__ == "__main__":
-    action_spec.run(main, sys.argv[1:])
+    action_spec.run(main, TrtLoaderSpec, sys.argv[1:])

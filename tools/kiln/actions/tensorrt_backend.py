@@ -17,25 +17,9 @@ import inspect
 from pathlib import Path
 from typing import Any
 
+from kiln.action_specs import PackageSpec, TensorRTSettings
 from kiln.actions.model_loading import DTYPES, example_inputs
 from kiln.actions.spec import ActionFailure
-
-
-def input_ranges(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """min/opt/max shapes per input, from the example shapes and dynamic dims."""
-    ranges = []
-    for item in spec["inputs"]:
-        lo, opt, hi = list(item["shape"]), list(item["shape"]), list(item["shape"])
-        for dim in spec["dynamic_dims"]:
-            axis = dim["axes"].get(item["name"])
-            if axis is None:
-                continue
-            lo[axis], hi[axis] = dim["min"], dim["max"]
-            opt[axis] = dim.get("opt") or item["shape"][axis]
-        ranges.append(
-            {"name": item["name"], "min": lo, "opt": opt, "max": hi, "dtype": item["dtype"]}
-        )
-    return ranges
 
 
 def compile_settings(compile_fn: Any, wanted: dict[str, Any]) -> dict[str, Any]:
@@ -49,24 +33,26 @@ def compile_settings(compile_fn: Any, wanted: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def package(program: Any, spec: dict[str, Any], output: Path, scratch: Path) -> None:
-    import torch
+def package(
+    program: Any, spec: PackageSpec, settings: TensorRTSettings, output: Path, scratch: Path
+) -> None:
     import torch_tensorrt
 
     inputs = [
         torch_tensorrt.Input(
-            min_shape=r["min"], opt_shape=r["opt"], max_shape=r["max"], dtype=DTYPES[r["dtype"]]
+            min_shape=list(r.min),
+            opt_shape=list(r.opt),
+            max_shape=list(r.max),
+            dtype=DTYPES[r.dtype],
         )
-        for r in input_ranges(spec)
+        for r in spec.signature.ranges()
     ]
-    wanted = dict(spec["tensorrt"])
-    if wanted.get("workspace_size") == 0:
-        wanted.pop("workspace_size")
+    wanted = settings.compile_kwargs()
     wanted["timing_cache_path"] = str(scratch / "timing.cache")
-    settings = compile_settings(torch_tensorrt.dynamo.compile, wanted)
+    accepted = compile_settings(torch_tensorrt.dynamo.compile, wanted)
     try:
-        trt_gm = torch_tensorrt.dynamo.compile(program, inputs=inputs, **settings)
-        args = tuple(t.cuda() for t in example_inputs(spec["inputs"]))
+        trt_gm = torch_tensorrt.dynamo.compile(program, inputs=inputs, **accepted)
+        args = tuple(t.cuda() for t in example_inputs(spec.signature.inputs))
         torch_tensorrt.save(
             trt_gm, str(output), output_format="aot_inductor", retrace=True, arg_inputs=list(args)
         )
@@ -74,4 +60,3 @@ def package(program: Any, spec: dict[str, Any], output: Path, scratch: Path) -> 
         raise ActionFailure(
             f"Torch-TensorRT packaging failed: {type(error).__name__}: {str(error).strip()[:2000]}"
         ) from error
-    del torch

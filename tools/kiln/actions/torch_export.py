@@ -12,54 +12,41 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from kiln.action_specs import Device, ExportSpec, ModelSignature, ModelSpec
 from kiln.actions import spec as action_spec
 from kiln.actions.model_loading import build_model, dynamic_shapes, example_inputs
 from kiln.actions.spec import ActionFailure
 
 
-def export(spec: dict[str, Any]) -> torch.export.ExportedProgram:
-    device = torch.device(spec.get("device", "cpu"))
-    model = build_model(spec["model"]).to(device)
-    inputs = spec["inputs"]
-    args = tuple(t.to(device) for t in example_inputs(inputs))
-    shapes = dynamic_shapes(inputs, spec["dynamic_dims"])
-    names = [i["name"] for i in inputs]
+def export(model: ModelSpec, device: Device) -> torch.export.ExportedProgram:
+    where = torch.device(device)
+    module = build_model(model.source).to(where)
+    signature = model.signature
+    args = tuple(t.to(where) for t in example_inputs(signature.inputs))
     try:
         with torch.no_grad():
-            return torch.export.export(
-                model, args, dynamic_shapes=_by_position(shapes, names, model)
-            )
+            return torch.export.export(module, args, dynamic_shapes=dynamic_shapes(signature))
     except Exception as error:
-        raise ActionFailure(_explain_export_error(error, spec)) from error
+        raise ActionFailure(_explain_export_error(error, signature)) from error
 
 
-def _by_position(
-    shapes: dict[str, dict[int, Any]] | None, names: list[str], model: torch.nn.Module
-) -> tuple[dict[int, Any], ...] | None:
-    # Positional, so input names need not match forward()'s parameter names.
-    del model
-    if shapes is None:
-        return None
-    return tuple(shapes[name] for name in names)
-
-
-def _explain_export_error(error: Exception, spec: dict[str, Any]) -> str:
+def _explain_export_error(error: Exception, signature: ModelSignature) -> str:
     text = f"{type(error).__name__}: {str(error).strip()}"
     first = text.splitlines()[0] if text else type(error).__name__
-    for dim in spec["dynamic_dims"]:
-        for input_name, axis in dim["axes"].items():
-            shape = next(i["shape"] for i in spec["inputs"] if i["name"] == input_name)
-            if shape[axis] == 1 and dim["max"] > 1:
+    shapes = {spec.name: spec.shape for spec in signature.inputs}
+    for dim in signature.dynamic_dims:
+        for input_name, axis in dim.axes.items():
+            shape = list(shapes[input_name])
+            if shape[axis] == 1 and dim.max > 1:
                 return (
                     f"torch.export failed: {first}\n"
                     f"The example input '{input_name}' has size 1 on axis {axis}, which "
                     f"torch.export specializes to a constant, so the dynamic dimension "
-                    f"'{dim['name']}' cannot vary. Export from an example of size 2 or more "
-                    f"inside [{dim['min']}, {dim['max']}] (e.g. shape {_with(shape, axis, 2)})."
+                    f"'{dim.name}' cannot vary. Export from an example of size 2 or more "
+                    f"inside [{dim.min}, {dim.max}] (e.g. shape {_with(shape, axis, 2)})."
                 )
     if "data-dependent" in text.lower() or "GuardOnDataDependent" in text:
         return (
@@ -85,13 +72,13 @@ def canonicalize(program: torch.export.ExportedProgram) -> None:
             node.meta.pop("stack_trace", None)
 
 
-def main(spec: dict[str, Any]) -> None:
-    program = export(spec)
+def main(spec: ExportSpec) -> None:
+    program = export(spec.model, spec.device)
     canonicalize(program)
-    output = Path(spec["output"])
+    output = Path(spec.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     torch.export.save(program, output)
 
 
 if __name__ == "__main__":
-    action_spec.run(main, sys.argv[1:])
+    action_spec.run(main, ExportSpec, sys.argv[1:])

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import json
 import operator
 import os
 import sys
@@ -35,10 +34,21 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from kiln.action_specs import (
+    Binding,
+    BuildGpu,
+    Compatibility,
+    EngineRecord,
+    RawEngine,
+    SavedProgram,
+    ShapeRange,
+    TrtEngineSpec,
+    TrtManifest,
+    TrtToolchain,
+)
 from kiln.actions import spec as action_spec
 from kiln.actions.spec import ActionFailure
 
-FORMAT = 1
 COMPILE = "torch_tensorrt.dynamo.compile"
 CROSS_COMPILE = "torch_tensorrt.dynamo.cross_compile_for_windows"
 DOCUMENTED_SAVE = "torch_tensorrt.save"
@@ -55,7 +65,7 @@ TRT_SUBMODULE_PREFIX = "_run_on_acc"
 SHAPE_METHODS = frozenset({"size", "dim", "numel", "stride"})  # not ops left to PyTorch
 
 
-def main(spec: dict[str, Any]) -> None:
+def main(spec: TrtEngineSpec) -> None:
     import torch
 
     try:
@@ -69,7 +79,7 @@ def main(spec: dict[str, Any]) -> None:
     from kiln.actions.model_loading import DTYPES, dynamic_shapes, example_inputs
     from kiln.actions.torch_export import export
 
-    windows = spec["target_platform"] == "windows_x86_64"
+    windows = spec.target_platform == "windows_x86_64"
     flavour = _flavour(torch_tensorrt)
     if windows and not getattr(torch_tensorrt.ENABLED_FEATURES, "windows_cross_compile", False):
         raise ActionFailure(
@@ -79,18 +89,21 @@ def main(spec: dict[str, Any]) -> None:
             "TensorRT on Linux x86-64 (the TensorRT-RTX flavour cannot)"
         )
 
-    program = export(spec)
+    program = export(spec.model, spec.device)
     # Read before compiling: Torch-TensorRT lowers the program it is given.
-    io = program_io(program, spec["ranges"])
+    io = program_io(program, spec.ranges)
     inputs = [
         torch_tensorrt.Input(
-            min_shape=r["min"], opt_shape=r["opt"], max_shape=r["max"], dtype=DTYPES[r["dtype"]]
+            min_shape=list(r.min),
+            opt_shape=list(r.opt),
+            max_shape=list(r.max),
+            dtype=DTYPES[r.dtype],
         )
-        for r in spec["ranges"]
+        for r in spec.ranges
     ]
     scratch = Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / "kiln-trt"
     scratch.mkdir(parents=True, exist_ok=True)
-    wanted = {k: v for k, v in spec["settings"].items() if k not in FORCED_OFF}
+    wanted = {k: v for k, v in spec.settings.items() if k not in FORCED_OFF}
     wanted["timing_cache_path"] = str(scratch / "timing.cache")
     if windows:
         api, compile_fn = CROSS_COMPILE, torch_tensorrt.dynamo.cross_compile_for_windows
@@ -105,16 +118,15 @@ def main(spec: dict[str, Any]) -> None:
 
     # The engines first: saving may re-export the module it is given.
     engines = find_engines(trt_gm)
-    files = write_engines(engines, Path(spec["engines"]), spec["name"])
-    device = torch.device(spec.get("device", "cuda"))
-    examples = [t.to(device) for t in example_inputs(spec["inputs"])]
-    names = [i["name"] for i in spec["inputs"]]
-    by_name = dynamic_shapes(spec["inputs"], spec["dynamic_dims"])
+    files = write_engines(engines, Path(spec.engines), spec.name)
+    device = torch.device(spec.device)
+    signature = spec.model.signature
+    examples = [t.to(device) for t in example_inputs(signature.inputs)]
     # Without them the save re-exports at the example's shapes (seen on the GPU
     # machine: the .ep then rejected any other batch with "Guard failed").
-    shapes = tuple(by_name[n] for n in names) if by_name else None
+    shapes = dynamic_shapes(signature)
     saved = save_program(
-        torch_tensorrt, trt_gm, Path(spec["program"]), examples, windows=windows, shapes=shapes
+        torch_tensorrt, trt_gm, Path(spec.program), examples, windows=windows, shapes=shapes
     )
 
     manifest = build_manifest(
@@ -126,19 +138,19 @@ def main(spec: dict[str, Any]) -> None:
         saved=saved,
         settings={k: v for k, v in passed.items() if k != "timing_cache_path"},
         dropped=dropped,
-        toolchain={
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-            "torch_tensorrt": getattr(torch_tensorrt, "__version__", None),
-            "flavour": flavour,
-            "tensorrt": _tensorrt_version(),
-            "torch_tensorrt_abi": _abi_version(torch),
-        },
+        toolchain=TrtToolchain(
+            torch=torch.__version__,
+            cuda=torch.version.cuda,
+            torch_tensorrt=getattr(torch_tensorrt, "__version__", None),
+            flavour=flavour,
+            tensorrt=_tensorrt_version(),
+            torch_tensorrt_abi=_abi_version(torch),
+        ),
         build_gpu=_build_gpu(torch, spec),
     )
-    path = Path(spec["manifest"])
+    path = Path(spec.manifest)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    path.write_text(manifest.to_json())
 
 
 def accepted_settings(fn: Any, wanted: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -186,7 +198,7 @@ def save_program(
     *,
     windows: bool,
     shapes: tuple[Any, ...] | None = None,
-) -> dict[str, Any]:
+) -> SavedProgram:
     """Save the compiled program; what was used, and how to load it on the target.
 
     `shapes` are the dynamic shapes (torch.export style, by position), passed
@@ -206,12 +218,12 @@ def save_program(
         documented_error = _brief(error)
         path.unlink(missing_ok=True)  # whatever the failed save left
     else:
-        return {
-            "file": name,
-            "saved_with": DOCUMENTED_SAVE,
-            "load": f'torch_tensorrt.load("{name}").module()',
-            "load_on": "Windows x86-64" if windows else "Linux x86-64",
-        }
+        return SavedProgram(
+            file=name,
+            saved_with=DOCUMENTED_SAVE,
+            load=f'torch_tensorrt.load("{name}").module()',
+            load_on="Windows x86-64" if windows else "Linux x86-64",
+        )
     try:
         torch_tensorrt.dynamo.save_cross_compiled_exported_program(trt_gm, str(path))
     except Exception as error:
@@ -219,13 +231,13 @@ def save_program(
             f"saving the cross-compiled program failed both ways: {DOCUMENTED_SAVE}: "
             f"{documented_error}; {CODED_SAVE}: {_brief(error)}"
         ) from error
-    return {
-        "file": name,
-        "saved_with": CODED_SAVE,
-        "documented_save_error": documented_error,
-        "load": f'torch_tensorrt.load_cross_compiled_exported_program("{name}").module()',
-        "load_on": "Windows x86-64",
-    }
+    return SavedProgram(
+        file=name,
+        saved_with=CODED_SAVE,
+        documented_save_error=documented_error,
+        load=f'torch_tensorrt.load_cross_compiled_exported_program("{name}").module()',
+        load_on="Windows x86-64",
+    )
 
 
 def _accepts(function: Any, name: str) -> bool:
@@ -330,7 +342,9 @@ def op_name(target: Any) -> str:
         return repr(target)
 
 
-def program_io(program: Any, ranges: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
+def program_io(
+    program: Any, ranges: tuple[ShapeRange, ...]
+) -> tuple[dict[str, ShapeRange], list[dict[str, Any] | None]]:
     """({placeholder name: range} of the user inputs, [spec of each user output]).
 
     An output's min/opt/max come from its symbolic shape, evaluated at the inputs'
@@ -340,14 +354,14 @@ def program_io(program: Any, ranges: list[dict[str, Any]]) -> tuple[dict[str, An
 
     signature = program.graph_signature
     nodes = {n.name: n for n in program.graph.nodes}
-    inputs = {}
+    inputs: dict[str, ShapeRange] = {}
     symbols: dict[Any, tuple[int, int, int]] = {}
     for name, item in zip(signature.user_inputs, ranges, strict=False):
         inputs[name] = item
         val = nodes[name].meta.get("val") if name in nodes else None
         for axis, size in enumerate(getattr(val, "shape", ())):
             if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
-                symbols[size.node.expr] = (item["min"][axis], item["opt"][axis], item["max"][axis])
+                symbols[size.node.expr] = (item.min[axis], item.opt[axis], item.max[axis])
     output = next(n for n in program.graph.nodes if n.op == "output")
     user = set(signature.user_outputs)
     results = output.args[0] if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
@@ -388,40 +402,40 @@ def _evaluate(size: Any, symbols: dict[Any, tuple[int, int, int]], which: int) -
 
 
 def build_manifest(
-    spec: dict[str, Any],
+    spec: TrtEngineSpec,
     *,
-    io: tuple[dict[str, Any], list[Any]],
+    io: tuple[dict[str, ShapeRange], list[dict[str, Any] | None]],
     trt_gm: Any,
     engines: list[tuple[str, Any]],
     engine_files: list[str],
-    saved: dict[str, Any],
+    saved: SavedProgram,
     settings: dict[str, Any],
     dropped: list[str],
-    toolchain: dict[str, Any],
-    build_gpu: dict[str, Any],
-) -> dict[str, Any]:
-    """What a deployment needs to know about the engines, as one JSON document.
+    toolchain: TrtToolchain,
+    build_gpu: BuildGpu,
+) -> TrtManifest:
+    """What a deployment needs to know about the engines, as one record.
 
     `io` is program_io() of the exported program: the ranges of its inputs by
     placeholder name, and the dtype and shape range of each of its outputs.
     """
-    windows = spec["target_platform"] == "windows_x86_64"
+    windows = spec.target_platform == "windows_x86_64"
     inputs, outputs = io
     names = {name for name, _ in engines}
     fallback = fallback_ops(trt_gm, names)
-    folder = Path(spec["engines"]).name
+    folder = Path(spec.engines).name
     records = []
     for (submodule, module), file in zip(engines, engine_files, strict=True):
         data = engine_bytes(submodule, module)
         records.append(
-            {
-                "file": f"{folder}/{file}",
-                "submodule": submodule,
-                "bytes": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "inputs": _bindings(module, "input_binding_names", inputs),
-                "outputs": _output_bindings(module, outputs, whole=len(engines) == 1),
-            }
+            EngineRecord(
+                file=f"{folder}/{file}",
+                submodule=submodule,
+                bytes=len(data),
+                sha256=hashlib.sha256(data).hexdigest(),
+                inputs=_bindings(module, "input_binding_names", inputs),
+                outputs=_output_bindings(module, outputs, whole=len(engines) == 1),
+            )
         )
     problems = []
     if len(engines) != 1:
@@ -430,75 +444,61 @@ def build_manifest(
         counted = Counter(fallback)
         listed = ", ".join(f"{op} x{n}" if n > 1 else op for op, n in sorted(counted.items()))
         problems.append(f"{len(fallback)} PyTorch fallback ops remain ({listed})")
-    cc = build_gpu.get("compute_capability")
-    trt = f"{'TensorRT-RTX' if toolchain.get('flavour') == 'rtx' else 'TensorRT'} "
-    trt += str(toolchain.get("tensorrt"))
-    return {
-        "format": FORMAT,
-        "label": spec["label"],
-        "name": spec["name"],
-        "model": spec["model_label"],
-        "platform": spec["target_platform"],
-        "compile_api": CROSS_COMPILE if windows else COMPILE,
-        "program": saved,
-        "engines": records,
-        "inputs": spec["ranges"],
-        "fallback_ops": dict(sorted(Counter(fallback).items())),
-        "fallback_op_count": len(fallback),
-        "raw_engine": {"deployable": not problems, "problems": problems},
-        "toolchain": toolchain,
-        "build_gpu": build_gpu,
-        "compatibility": {
-            "hardware_compatible": bool(settings.get("hardware_compatible", False)),
-            "version_compatible": bool(settings.get("version_compatible", False)),
-            "gpus": (
+    trt = f"{'TensorRT-RTX' if toolchain.flavour == 'rtx' else 'TensorRT'} {toolchain.tensorrt}"
+    hardware = bool(settings.get("hardware_compatible", False))
+    version = bool(settings.get("version_compatible", False))
+    return TrtManifest(
+        label=spec.label,
+        name=spec.name,
+        model=spec.model.label,
+        platform=spec.target_platform,
+        compile_api=CROSS_COMPILE if windows else COMPILE,
+        program=saved,
+        engines=tuple(records),
+        inputs=spec.ranges,
+        fallback_ops=dict(sorted(Counter(fallback).items())),
+        fallback_op_count=len(fallback),
+        raw_engine=RawEngine(deployable=not problems, problems=tuple(problems)),
+        toolchain=toolchain,
+        build_gpu=build_gpu,
+        compatibility=Compatibility(
+            hardware_compatible=hardware,
+            version_compatible=version,
+            gpus=(
                 "compute capability 8.0 (Ampere) and newer"
-                if settings.get("hardware_compatible")
-                else f"compute capability {cc} (the build GPU's; Torch-TensorRT checks it at load)"
+                if hardware
+                else f"compute capability {build_gpu.compute_capability} (the build GPU's; "
+                "Torch-TensorRT checks it at load)"
             ),
-            "tensorrt": (
-                f"{trt} or newer within its major version"
-                if settings.get("version_compatible")
-                else f"{trt} exactly"
-            ),
-        },
-        "settings": settings,
-        "settings_not_accepted": dropped,
-        "forced_off": dict(FORCED_OFF) if windows else {},
-        "timing_cache": "private to the action (under its TMPDIR)",
-    }
+            tensorrt=f"{trt} or newer within its major version" if version else f"{trt} exactly",
+        ),
+        settings=settings,
+        settings_not_accepted=tuple(dropped),
+        forced_off=dict(FORCED_OFF) if windows else {},
+        timing_cache="private to the action (under its TMPDIR)",
+    )
 
 
-def _bindings(module: Any, attr: str, inputs: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for name in list(getattr(module, attr, None) or []):
-        item = inputs.get(name)
-        out.append(
-            {
-                "name": name,
-                "dtype": item["dtype"] if item else None,
-                "min": item["min"] if item else None,
-                "opt": item["opt"] if item else None,
-                "max": item["max"] if item else None,
-            }
-        )
-    return out
+def _binding(name: str, item: ShapeRange | dict[str, Any] | None) -> Binding:
+    if item is None:
+        return Binding(name=name, dtype=None, min=None, opt=None, max=None)
+    if isinstance(item, ShapeRange):
+        return Binding(name=name, dtype=item.dtype, min=item.min, opt=item.opt, max=item.max)
+    return Binding(name=name, **item)
 
 
-def _output_bindings(module: Any, outputs: list[Any], *, whole: bool) -> list[dict[str, Any]]:
+def _bindings(module: Any, attr: str, inputs: dict[str, ShapeRange]) -> tuple[Binding, ...]:
+    names = list(getattr(module, attr, None) or [])
+    return tuple(_binding(name, inputs.get(name)) for name in names)
+
+
+def _output_bindings(
+    module: Any, outputs: list[dict[str, Any] | None], *, whole: bool
+) -> tuple[Binding, ...]:
     names = list(getattr(module, "output_binding_names", None) or [])
     # One engine computing the whole program: its outputs are the program's, in order.
     known = outputs if whole and len(outputs) == len(names) else [None] * len(names)
-    return [
-        {
-            "name": name,
-            "dtype": item["dtype"] if item else None,
-            "min": item["min"] if item else None,
-            "opt": item["opt"] if item else None,
-            "max": item["max"] if item else None,
-        }
-        for name, item in zip(names, known, strict=True)
-    ]
+    return tuple(_binding(name, item) for name, item in zip(names, known, strict=True))
 
 
 def _flavour(torch_tensorrt: Any) -> str:
@@ -519,11 +519,11 @@ def _abi_version(torch: Any) -> str | None:
         return None
 
 
-def _build_gpu(torch: Any, spec: dict[str, Any]) -> dict[str, Any]:
+def _build_gpu(torch: Any, spec: TrtEngineSpec) -> BuildGpu:
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        return {"name": props.name, "compute_capability": f"{props.major}.{props.minor}"}
-    return dict(spec["build_gpu"])
+        return BuildGpu(name=props.name, compute_capability=f"{props.major}.{props.minor}")
+    return spec.build_gpu
 
 
 def _brief(error: BaseException) -> str:
@@ -532,4 +532,4 @@ def _brief(error: BaseException) -> str:
 
 
 if __name__ == "__main__":
-    action_spec.run(main, sys.argv[1:])
+    action_spec.run(main, TrtEngineSpec, sys.argv[1:])

@@ -9,62 +9,41 @@ report (JSON) records the largest error, which the build prints.
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
+from kiln.action_specs import ValidateSpec, ValidationCheck, ValidationReport
 from kiln.actions import spec as action_spec
 from kiln.actions.aoti_package import pin_temp_dirs
 from kiln.actions.model_loading import build_model, example_inputs
 from kiln.actions.spec import ActionFailure
 
 
-def shape_points(spec: dict[str, Any]) -> list[tuple[str, dict[str, list[int]]]]:
-    """(point name, input shapes) at the min, opt and max of the dynamic dims."""
-    dims = spec["dynamic_dims"]
-    if not dims:
-        return [("example", {i["name"]: i["shape"] for i in spec["inputs"]})]
-    points = []
-    for point in ("min", "opt", "max"):
-        shapes = {i["name"]: list(i["shape"]) for i in spec["inputs"]}
-        for dim in dims:
-            value = dim[point] if point != "opt" else (dim.get("opt") or _example(spec, dim))
-            for name, axis in dim["axes"].items():
-                shapes[name][axis] = value
-        points.append((point, shapes))
-    return points
-
-
-def _example(spec: dict[str, Any], dim: dict[str, Any]) -> int:
-    name, axis = next(iter(dim["axes"].items()))
-    shape: list[int] = next(i["shape"] for i in spec["inputs"] if i["name"] == name)
-    return int(shape[axis])
-
-
-def main(spec: dict[str, Any]) -> None:
+def main(spec: ValidateSpec) -> None:
     # Loading a package builds helpers into inductor's cache under $TMPDIR: 7 s
     # in a fresh execroot's, nothing in the warm one packaging already uses.
     pin_temp_dirs()
     import torch
     import torch._inductor
 
-    if spec["backend"] == "tensorrt":
+    if spec.backend == "tensorrt":
         import torch_tensorrt  # noqa: F401 - registers the TensorRT engine class the package needs
 
-    device = torch.device(spec["device"])
-    model = build_model(spec["model"]).to(device)
-    package = torch._inductor.aoti_load_package(spec["package"])
+    device = torch.device(spec.device)
+    signature = spec.model.signature
+    model = build_model(spec.model.source).to(device)
+    package = torch._inductor.aoti_load_package(spec.package)
     checks = []
     worst = 0.0
-    for point, shapes in shape_points(spec):
-        args = tuple(t.to(device) for t in example_inputs(spec["inputs"], shapes, seed=1))
+    for point, shapes in signature.shape_points():
+        args = tuple(t.to(device) for t in example_inputs(signature.inputs, shapes, seed=1))
         with torch.no_grad():
             expected = _flatten(model(*args))
             actual = _flatten(package(*args))
+        shown = {name: list(shape) for name, shape in shapes.items()}
         if len(expected) != len(actual):
             raise ActionFailure(
-                f"at {point} {shapes}: the package returned {len(actual)} outputs, eager "
+                f"at {point} {shown}: the package returned {len(actual)} outputs, eager "
                 f"{len(expected)}"
             )
         error = max(
@@ -72,18 +51,19 @@ def main(spec: dict[str, Any]) -> None:
             for a, e in zip(actual, expected, strict=True)
         )
         ok = all(
-            torch.allclose(a.float(), e.float(), rtol=spec["rtol"], atol=spec["atol"])
+            torch.allclose(a.float(), e.float(), rtol=spec.rtol, atol=spec.atol)
             for a, e in zip(actual, expected, strict=True)
         )
-        checks.append({"point": point, "shapes": shapes, "max_abs_error": error, "ok": ok})
+        checks.append(ValidationCheck(point=point, shapes=shapes, max_abs_error=error, ok=ok))
         worst = max(worst, error)
         if not ok:
             raise ActionFailure(
-                f"validation failed at the {point} shapes {shapes}: max abs error {error:.3g} "
-                f"exceeds rtol={spec['rtol']:g}, atol={spec['atol']:g}"
+                f"validation failed at the {point} shapes {shown}: max abs error {error:.3g} "
+                f"exceeds rtol={spec.rtol:g}, atol={spec.atol:g}"
             )
-    report = {"package": spec["package"], "max_abs_error": worst, "checks": checks}
-    Path(spec["output"]).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    report = ValidationReport(package=spec.package, max_abs_error=worst, checks=tuple(checks))
+    with open(spec.output, "w", encoding="utf-8") as f:
+        f.write(report.to_json())
     print(f"validated: max abs error {worst:.3g} over {len(checks)} shape points")
 
 
@@ -100,4 +80,4 @@ def _flatten(value: Any) -> list[Any]:
 
 
 if __name__ == "__main__":
-    action_spec.run(main, sys.argv[1:])
+    action_spec.run(main, ValidateSpec, sys.argv[1:])

@@ -3,11 +3,18 @@ depends on changed.
 
 Analysis imports pydantic and the rules and calls every rule; on a no-op
 build of a large workspace that is most of the time spent. What analysis
-reads: the target graph (the packages' files, by their stamps, and every
-label in the closure), kiln's own rule and action code (by stat), the
-Python interpreter, the installed versions of the toolchain packages, and
-for GPU actions the GPU. All of it goes into one fingerprint; any change
-means a fresh analysis.
+depends on, and so what the cache is keyed on:
+
+- the target graph: the packages' stamps and every label in the closure;
+- the requested labels;
+- kiln's code that analysis runs: the analyzer and the rules, with every kiln
+  module they import and the templates they render (kiln.code_digest finds
+  them; checked by stat);
+- the host's facts (HostFacts: OS, Python, installed distributions) and the
+  interpreter that runs the actions (it is in their argv);
+- the value of every toolchain a rule read (ctx.toolchain): each is resolved
+  again and compared, so a new GPU or TensorRT means a fresh analysis, and a
+  build that read none pays nothing.
 
 Only what execution needs is kept: the actions, and the files of each
 requested target. Unpickling it needs neither pydantic nor the rules.
@@ -16,27 +23,20 @@ requested target. Unpickling it needs neither pydantic nor the rules.
 from __future__ import annotations
 
 import hashlib
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kiln import state_file
 from kiln.action_graph import Action, File
-from kiln.exec.toolchain import gpu_properties, package_version
+from kiln.code_digest import CodeStamp
+from kiln.host_facts import HostFacts, Toolchain
 from kiln.loading.graph import TargetGraph
 from kiln.loading.loader import PackageLoader
 
-FORMAT = 1
-TOOLCHAIN_PACKAGES = (
-    "torch",
-    "torch_tensorrt",
-    "torch_tensorrt_rtx",
-    "tensorrt",
-    "tensorrt_rtx",
-    "tensorrt_rtx_cu13_libs",
-    "safetensors",
-)
+FORMAT = 2
+# The code analysis runs: the engine that calls the rules, and the whole catalogue.
+ANALYSIS_CODE = ("kiln.analysis.analyzer", "kiln.rules.*")
 
 
 @dataclass(frozen=True)
@@ -48,43 +48,17 @@ class CachedAnalysis:
     def producer(self) -> dict[str, Action]:
         return {f.path: a for a in self.actions for f in a.outputs}
 
-    @property
-    def uses_gpu(self) -> bool:
-        return any(a.resources.gpu for a in self.actions)
 
-
-def fingerprint(loader: PackageLoader, graph: TargetGraph, labels: list[str], gpu: bool) -> str:
-    digest = hashlib.sha256(f"{FORMAT}\0{sys.executable}\0{sys.version}\0".encode())
+def fingerprint(
+    loader: PackageLoader, graph: TargetGraph, labels: list[str], host: HostFacts
+) -> str:
+    digest = hashlib.sha256(f"{FORMAT}\0{host.interpreter}\0{host.digest()}\0".encode())
     digest.update("\0".join(labels).encode() + b"\1")
     for name in sorted(loader.packages):
-        digest.update(f"{name}\0".encode())
-        for stamp in loader.packages[name].stamps:
-            digest.update(f"{stamp.path}:{stamp.mtime_ns}:{stamp.size}:{stamp.inode}\0".encode())
+        # every field of every stamp, whatever FileStamp holds
+        digest.update(f"{name}\0{loader.packages[name].stamps!r}\0".encode())
     digest.update("\0".join(sorted(graph.targets)).encode() + b"\1")
-    digest.update(_code_stamp().encode())
-    for name in TOOLCHAIN_PACKAGES:
-        digest.update(f"{name}={package_version(name)}\0".encode())
-    # The TensorRT probe can be pointed at a file (tests, CI without a GPU).
-    digest.update(os.environ.get("KILN_TRT_PROBE_JSON", "").encode())
-    if gpu:
-        digest.update(repr(sorted(gpu_properties().items())).encode())
     return digest.hexdigest()
-
-
-def _code_stamp() -> str:
-    """stat data of the code analysis runs: the rules, analysis and the action code."""
-    kiln = Path(__file__).resolve().parent.parent
-    parts = []
-    for folder in ("rules", "rules/templates", "rule_api", "analysis", "actions", "exec"):
-        try:
-            entries = sorted(os.scandir(kiln / folder), key=lambda e: e.name)
-        except FileNotFoundError:
-            continue
-        for entry in entries:
-            if entry.is_file():
-                st = entry.stat()
-                parts.append(f"{folder}/{entry.name}:{st.st_size}:{st.st_mtime_ns}")
-    return "\n".join(parts)
 
 
 class AnalysisCache:
@@ -92,22 +66,34 @@ class AnalysisCache:
         self.path = path
 
     def load(
-        self, loader: PackageLoader, graph: TargetGraph, labels: list[str]
+        self, loader: PackageLoader, graph: TargetGraph, labels: list[str], host: HostFacts
     ) -> CachedAnalysis | None:
         data = state_file.read(self.path, FORMAT)
-        if data is None:
+        if data is None or data["fingerprint"] != fingerprint(loader, graph, labels, host):
+            return None
+        code: CodeStamp = data["code"]
+        if not code.is_current():
+            return None
+        toolchains: list[tuple[Toolchain[Any], Any]] = data["toolchains"]
+        if any(toolchain.resolve(host) != value for toolchain, value in toolchains):
             return None
         cached: CachedAnalysis = data["analysis"]
-        if data["fingerprint"] != fingerprint(loader, graph, labels, cached.uses_gpu):
-            return None
         return cached
 
     def store(
-        self, loader: PackageLoader, graph: TargetGraph, labels: list[str], analysis: CachedAnalysis
+        self,
+        loader: PackageLoader,
+        graph: TargetGraph,
+        labels: list[str],
+        host: HostFacts,
+        toolchains: list[tuple[Toolchain[Any], Any]],
+        analysis: CachedAnalysis,
     ) -> None:
         state_file.write(
             self.path,
             FORMAT,
-            fingerprint=fingerprint(loader, graph, labels, analysis.uses_gpu),
+            fingerprint=fingerprint(loader, graph, labels, host),
+            code=CodeStamp.of(ANALYSIS_CODE),
+            toolchains=toolchains,
             analysis=analysis,
         )

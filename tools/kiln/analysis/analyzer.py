@@ -8,7 +8,6 @@ the rule that declares it. No torch import happens here.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ from pydantic import ValidationError
 
 from kiln.action_graph import GENERATED_ROOT, Action, File
 from kiln.errors import KilnError, Location
+from kiln.host_facts import HostFacts, ToolchainResolver
 from kiln.loading.graph import TargetGraph
 from kiln.loading.package import GENERATED_FILE, SOURCE_FILE, Target
 from kiln.rule_api.context import AnalysisError, RuleContext
@@ -37,13 +37,12 @@ class Analyzer:
         graph: TargetGraph,
         load_rule: Callable[[str], Rule],
         locate: Callable[[Target], Location],
-        *,
-        python: str = sys.executable,
+        host: HostFacts,
     ):
         self.graph = graph
         self.load_rule = load_rule
         self.locate = locate
-        self.python = python
+        self.toolchains = ToolchainResolver(host)
         self.analyzed: dict[str, AnalyzedTarget] = {}
         self.actions: list[Action] = []
         self.producer: dict[str, Action] = {}
@@ -92,7 +91,7 @@ class Analyzer:
         except ValidationError as error:  # the loader validated already: a kiln bug
             raise AssertionError(f"{target.label}: {error}") from error
         deps = {dep: self.analyzed[dep] for dep in target.deps}
-        ctx: RuleContext[Any] = RuleContext(target.label, attrs, deps, python=self.python)
+        ctx: RuleContext[Any] = RuleContext(rule, target.label, attrs, deps, self.toolchains)
         try:
             returned = rule.impl(ctx)
         except AnalysisError as error:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 
 from kiln.action_graph import needed_actions
 from kiln.analysis.analysis_cache import AnalysisCache, CachedAnalysis
 from kiln.errors import KilnError
+from kiln.host_facts import HostFacts
 from kiln.loading.graph import TargetGraph
 from kiln.loading.loader import PackageLoader
 
@@ -17,6 +17,7 @@ def analyze_targets(
     graph: TargetGraph,
     labels: list[str],
     cache: AnalysisCache,
+    host: HostFacts,
     *,
     keep_going: bool,
     report: Callable[[KilnError], None],
@@ -26,14 +27,14 @@ def analyze_targets(
     With --keep_going a target whose analysis fails (a bad genrule, a toolchain
     preflight) is reported and left out; the others still build.
     """
-    cached = cache.load(loader, graph, labels)
+    cached = cache.load(loader, graph, labels, host)
     if cached is not None:
         return cached
 
     from kiln.analysis.analyzer import Analyzer
     from kiln.rules import load_rule
 
-    analyzer = Analyzer(graph, load_rule, loader.location_of, python=sys.executable)
+    analyzer = Analyzer(graph, load_rule, loader.location_of, host)
     analyzed: list[str] = []
     failed = False
     for label in labels:
@@ -52,5 +53,6 @@ def analyze_targets(
     roots = [producer[f.path] for files in requested.values() for f in files if f.path in producer]
     analysis = CachedAnalysis(requested, needed_actions(list(dict.fromkeys(roots)), producer))
     if not failed:
-        cache.store(loader, graph, labels, analysis)
+        toolchains = list(analyzer.toolchains.read.values())
+        cache.store(loader, graph, labels, host, toolchains, analysis)
     return analysis

@@ -26,6 +26,7 @@ from kiln.errors import BuildFailure, KilnError
 from kiln.exec import host
 from kiln.exec.scheduler import Limits, Reporter, Scheduler, ScheduleResult
 from kiln.exec.workspace_lock import workspace_lock
+from kiln.host_facts import HostFacts
 from kiln.loading.graph import GraphBuilder
 from kiln.loading.loader import PackageLoader
 from kiln.loading.patterns import expand, parse_patterns
@@ -74,6 +75,7 @@ def run_build(session: Session, targets: list[str], options: BuildOptions) -> in
         graph,
         labels,
         AnalysisCache(session.output_base / "analysis-cache.pickle"),
+        HostFacts.of_this_machine(),
         keep_going=options.keep_going,
         report=lambda error: _report(error, errors),
     )

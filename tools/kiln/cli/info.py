@@ -49,15 +49,15 @@ def command(session: Session, key: str | None) -> int:
 
 
 def _toolchains() -> int:
-    """The TensorRT toolchain probe (kiln.exec.trt_probe), as the actions would see it."""
-    from kiln.exec import trt_probe
-    from kiln.rule_api.context import PYTHON_ACTION_ENV
+    """The TensorRT toolchain (kiln.rules.trt_toolchain), as the actions would see it."""
+    from kiln.host_facts import HostFacts
+    from kiln.rules import trt_toolchain
 
-    found = trt_probe.probe(sys.executable, PYTHON_ACTION_ENV)
-    for name, value in trt_probe.describe(found):
+    found = trt_toolchain.TENSORRT.resolve(HostFacts.of_this_machine())
+    for name, value in trt_toolchain.describe(found):
         click.echo(f"{name}: {value}")
-    for target in trt_probe.TARGET_PLATFORMS:
-        failed = trt_probe.preflight(found, target)
+    for target in trt_toolchain.TARGET_PLATFORMS:
+        failed = trt_toolchain.preflight(found, target)
         verdict = "can build" if failed is None else f"cannot build: {'; '.join(failed.problems)}"
         click.echo(f"trt_engine {target}: {verdict}")
     click.echo(f"probe: {found.source}")

@@ -2,9 +2,10 @@
 
 One pickle file per workspace, in its output base. A cached package is used
 only while every stamp it recorded (BUILD file, loaded .bzl files, directories
-glob() listed) still matches the disk, and only by the same kiln code (a
-fingerprint of the loading code and the rule catalogue). The workspace walk
-for `//...` is cached the same way, stamped by every directory it listed.
+glob() listed) still matches the disk, and only by the same kiln code: the
+file holds the CodeStamp of the loading code and the rule catalogue (every
+kiln module they import, kiln.code_digest), checked by stat. The workspace
+walk for `//...` is cached the same way, stamped by every directory it listed.
 
 Reading it needs neither starlark nor pydantic, which is what makes a
 cached `kiln query //...` fast.
@@ -14,33 +15,22 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import os
 import pickle
 from pathlib import Path
 
+from kiln.code_digest import CodeStamp
 from kiln.loading.package import FileStamp, Package
 
-FORMAT = 1
-
-
-def code_fingerprint() -> str:
-    """Changes whenever the code that shapes a Package changes (rules, loading)."""
-    here = Path(__file__).parent
-    rules = here.parent / "rules"
-    files = sorted([*here.glob("*.py"), *rules.glob("*.py"), here.parent / "rule_api/attrs.py"])
-    digest = hashlib.sha256(str(FORMAT).encode())
-    for path in files:
-        st = path.stat()
-        digest.update(f"{path.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
+FORMAT = 2
+# The code that shapes a Package: BUILD evaluation and the rule catalogue's schemas.
+LOADING_CODE = ("kiln.loading.build_file", "kiln.rules.*")
 
 
 class GraphCache:
     def __init__(self, path: Path | None, root: str):
         self.path = path
         self.root = root
-        self.fingerprint = code_fingerprint()
         self.packages: dict[str, Package] = {}
         self.walk: tuple[list[str], tuple[FileStamp, ...]] | None = None
         self.dirty = False
@@ -68,7 +58,10 @@ class GraphCache:
             gc.freeze()
             if enabled:
                 gc.enable()
-        if not isinstance(data, dict) or data.get("fingerprint") != self.fingerprint:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            return
+        code = data.get("code")
+        if not isinstance(code, CodeStamp) or not code.is_current():
             return
         self.packages = data["packages"]
         self.walk = data["walk"]
@@ -111,7 +104,12 @@ class GraphCache:
         import tempfile  # only here: a run served from the cache never saves it
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"fingerprint": self.fingerprint, "packages": self.packages, "walk": self.walk}
+        data = {
+            "format": FORMAT,
+            "code": CodeStamp.of(LOADING_CODE),
+            "packages": self.packages,
+            "walk": self.walk,
+        }
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".graph-")
         try:
             with os.fdopen(fd, "wb") as f:

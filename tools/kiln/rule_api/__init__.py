@@ -1,45 +1,92 @@
-"""Analysis: rule definitions and the narrow handle rule implementations get.
+"""The rule API: everything a rule in rules/ imports from kiln, in one place.
 
-rules/ imports only the names re-exported here. They are loaded on first
-use, so that importing kiln.analysis.<module> for the analysis cache (on a
-no-op build) does not import pydantic.
+    from kiln.rule_api import LabelAttr, Rule, RuleAttrs, RuleContext, DefaultInfo, ...
+
+A rule is a module of the catalogue (rules/<name>.py) defining an attribute
+schema (a RuleAttrs pydantic model) and `impl(ctx: RuleContext) -> providers`,
+joined in `RULE = Rule(...)`. Through the context it declares outputs and the
+actions that make them; the actions' specs are typed records
+(kiln.action_specs, re-exported here) that the `kiln.actions.*` modules read.
+Host facts come in as `ctx.host`, toolchains as `ctx.toolchain(T)` for a T
+the rule declared. rules/ imports nothing else of kiln: a test holds that
+(tests/unit/test_layering.py). docs/writing-a-rule.md walks through one.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from kiln.rule_api.attrs import (
-        LabelAttr,
-        LabelListAttr,
-        OutputAttr,
-        OutputListAttr,
-        RuleAttrs,
-    )
-    from kiln.rule_api.rule import Rule
-
-_EXPORTS = {
-    "LabelAttr": "kiln.rule_api.attrs",
-    "LabelListAttr": "kiln.rule_api.attrs",
-    "OutputAttr": "kiln.rule_api.attrs",
-    "OutputListAttr": "kiln.rule_api.attrs",
-    "RuleAttrs": "kiln.rule_api.attrs",
-    "Rule": "kiln.rule_api.rule",
-}
+from kiln.action_graph import PYTHON_ACTION_ENV, File, Resources
+from kiln.action_specs import (
+    Backend,
+    BuildGpu,
+    CpuTarget,
+    Device,
+    DType,
+    DynamicDim,
+    ExportSpec,
+    FactoryValue,
+    ModelSignature,
+    ModelSource,
+    ModelSpec,
+    PackageSpec,
+    ShapeRange,
+    Spec,
+    TargetPlatform,
+    TensorRTSettings,
+    TensorSpec,
+    TrtEngineSpec,
+    TrtLoaderSpec,
+    ValidateSpec,
+    WeightsSpec,
+)
+from kiln.cc_templates import class_name, environment
+from kiln.host_facts import GPUS, Gpu, HostFacts, Toolchain
+from kiln.label import Label
+from kiln.rule_api.attrs import LabelAttr, LabelListAttr, OutputAttr, OutputListAttr, RuleAttrs
+from kiln.rule_api.context import ActionFactory, AnalysisError, RuleContext
+from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo
+from kiln.rule_api.rule import Rule
 
 __all__ = [
+    "GPUS",
+    "PYTHON_ACTION_ENV",
+    "ActionFactory",
+    "AnalysisError",
+    "AnalyzedTarget",
+    "Backend",
+    "BuildGpu",
+    "CpuTarget",
+    "DType",
+    "DefaultInfo",
+    "Device",
+    "DynamicDim",
+    "ExportSpec",
+    "FactoryValue",
+    "File",
+    "Gpu",
+    "HostFacts",
+    "Label",
     "LabelAttr",
     "LabelListAttr",
+    "ModelSignature",
+    "ModelSource",
+    "ModelSpec",
     "OutputAttr",
     "OutputListAttr",
+    "PackageSpec",
+    "Resources",
     "Rule",
     "RuleAttrs",
+    "RuleContext",
+    "ShapeRange",
+    "Spec",
+    "TargetPlatform",
+    "TensorRTSettings",
+    "TensorSpec",
+    "Toolchain",
+    "TrtEngineSpec",
+    "TrtLoaderSpec",
+    "ValidateSpec",
+    "WeightsSpec",
+    "class_name",
+    "environment",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'kiln.analysis' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -1,44 +1,58 @@
 """RuleContext: the narrow handle a rule implementation gets.
 
 A rule sees its own attributes (the validated pydantic model), the providers
-of the targets its label attributes name, and an ActionFactory to declare
+of the targets its label attributes name, the facts of the host its actions
+run on and the toolchains it declared, and an ActionFactory to declare
 outputs and the actions that produce them. It never touches the disk and
 never imports torch: it only describes work for the executor.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-from kiln.action_graph import GENERATED_ROOT, Action, File, Resources
+from kiln import code_digest
+from kiln.action_graph import GENERATED_ROOT, PYTHON_ACTION_ENV, Action, File, Resources
+from kiln.action_specs import Spec
 from kiln.errors import KilnError
+from kiln.host_facts import HostFacts, Toolchain, ToolchainResolver
 from kiln.rule_api.attrs import RuleAttrs
-from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo
+from kiln.rule_api.providers import AnalyzedTarget
+
+if TYPE_CHECKING:
+    from kiln.rule_api.rule import Rule
 
 A = TypeVar("A", bound=RuleAttrs)
+P = TypeVar("P")
+T = TypeVar("T")
 
 
 class AnalysisError(KilnError):
     pass
 
 
-# The whole environment of a Python action: nothing of the user's shell leaks in.
-PYTHON_ACTION_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "PYTHONHASHSEED": "0",
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "LANG": "C.UTF-8",
-}
-
-
 class ActionFactory:
-    def __init__(self, owner: str, python: str = sys.executable):
+    def __init__(self, owner: str, host: HostFacts):
         self.owner = owner
-        self.python = python
+        self.host = host
         self.declared: list[Action] = []
+
+    def python_platform(self, module: str, packages: Sequence[str] = ()) -> dict[str, str]:
+        """What a `python -m kiln.actions.<module>` action's result depends on besides its
+        inputs: OS, Python, the action's own code (kiln.code_digest) and the versions of
+        the distributions it imports ('-' where absent)."""
+        host = self.host
+        props = {
+            "os": host.os,
+            "arch": host.arch,
+            "python": host.python,
+            "python_impl": host.python_impl,
+            "kiln_actions": code_digest.content_digest((f"kiln.actions.{module}",)),
+        }
+        for name in packages:
+            props[name] = host.version(name) or "-"
+        return props
 
     def run_python(
         self,
@@ -48,27 +62,31 @@ class ActionFactory:
         spec: File,
         inputs: Sequence[File],
         outputs: Sequence[File],
-        platform: dict[str, str],
+        packages: Sequence[str] = (),
+        platform: Mapping[str, str] | None = None,
         resources: Resources,
         supports_workers: bool = True,
         progress_message: str = "",
     ) -> Action:
-        """`python -m kiln.actions.<module> <spec>`: the form persistent workers run."""
+        """`python -m kiln.actions.<module> <spec>`: the form persistent workers run.
+
+        Its platform is python_platform(module, packages), plus `platform`.
+        """
         return self.run(
             mnemonic=mnemonic,
-            argv=[self.python, "-m", f"kiln.actions.{module}", spec.path],
+            argv=[self.host.interpreter, "-m", f"kiln.actions.{module}", spec.path],
             inputs=[spec, *inputs],
             outputs=outputs,
             env=PYTHON_ACTION_ENV,
-            platform=platform,
+            platform={**self.python_platform(module, packages), **(platform or {})},
             resources=resources,
             supports_workers=supports_workers,
             progress_message=progress_message or f"{mnemonic} {self.owner}",
         )
 
-    def write_json(self, output: File, value: dict[str, Any]) -> Action:
-        """An action's spec: canonical JSON, so equal specs are equal bytes."""
-        return self.write(output, json.dumps(value, indent=2, sort_keys=True) + "\n")
+    def write_spec(self, output: File, spec: Spec) -> Action:
+        """An action's spec record, as canonical JSON: equal specs are equal bytes."""
+        return self.write(output, spec.to_json())
 
     def run(
         self,
@@ -77,8 +95,8 @@ class ActionFactory:
         argv: Sequence[str],
         inputs: Sequence[File],
         outputs: Sequence[File],
-        env: dict[str, str] | None = None,
-        platform: dict[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        platform: Mapping[str, str] | None = None,
         resources: Resources | None = None,
         supports_workers: bool = False,
         progress_message: str = "",
@@ -117,26 +135,50 @@ class ActionFactory:
 class RuleContext(Generic[A]):
     def __init__(
         self,
+        rule: Rule,
         label: str,
         attrs: A,
-        deps: dict[str, AnalyzedTarget],
-        *,
-        python: str = sys.executable,
+        deps: Mapping[str, AnalyzedTarget],
+        toolchains: ToolchainResolver,
     ):
+        self.rule = rule
         self.label = label
         self.attrs = attrs
         self.package = label[2 : label.index(":")]
         self.name = label[label.index(":") + 1 :]
-        self.actions = ActionFactory(label, python)
-        self.python = python  # the interpreter that runs Python actions
+        self.host = toolchains.host
+        self.actions = ActionFactory(label, toolchains.host)
         self._deps = deps
+        self._toolchains = toolchains
         self._declared: set[str] = set()
+
+    @property
+    def bin_dir(self) -> str:
+        """Where this package's outputs go: kiln-out/<package> (Bazel's $(RULEDIR))."""
+        return f"{GENERATED_ROOT}/{self.package}" if self.package else GENERATED_ROOT
 
     def error(self, message: str, *, hint: str | None = None) -> AnalysisError:
         return AnalysisError(message, label=self.label, hint=hint)
 
+    def toolchain(self, toolchain: Toolchain[T]) -> T:
+        """The value of a toolchain this rule declared (resolved once per build)."""
+        if toolchain not in self.rule.toolchains:
+            raise AssertionError(
+                f"rule {self.rule.name} reads toolchain '{toolchain.name}' without declaring "
+                "it in Rule(toolchains=...)"
+            )
+        return self._toolchains.get(toolchain)
+
     def dep(self, label: str) -> AnalyzedTarget:
         return self._deps[label]
+
+    def provider(self, attr: str, label: str, provider: type[P], what: str) -> P:
+        """The `provider` of the target attribute `attr` names; an error naming `what` it
+        must be (e.g. "a torch_model target") if that target does not offer one."""
+        found: P | None = self._deps[label].get(provider)
+        if found is None:
+            raise self.error(f"attribute '{attr}' must name {what}, not {label}")
+        return found
 
     def files(self, labels: str | Sequence[str] | None) -> list[File]:
         """The files of the targets named by a label attribute's value, in order."""
@@ -149,21 +191,23 @@ class RuleContext(Generic[A]):
             out.extend(self._deps[label].files)
         return list(dict.fromkeys(out))
 
+    def file(self, attr: str, label: str) -> File:
+        """The one file of the target a single-file attribute names."""
+        files = self.files(label)
+        if len(files) != 1:
+            raise self.error(
+                f"attribute '{attr}' must name exactly one file; {label} has {len(files)}"
+            )
+        return files[0]
+
     def declare_file(self, name: str) -> File:
         """An output of this target: kiln-out/<package>/<name>."""
         if name in self._declared:
             raise self.error(f"output '{name}' declared twice")
         self._declared.add(name)
-        prefix = f"{GENERATED_ROOT}/{self.package}/" if self.package else f"{GENERATED_ROOT}/"
-        return File(prefix + name, self.label)
+        return File(f"{self.bin_dir}/{name}", self.label)
 
     def declare_directory(self, name: str) -> File:
         """An output directory of this target, whose files the action decides."""
         file = self.declare_file(name)
         return File(file.path, self.label, directory=True)
-
-    def default_info(self, files: Sequence[File], runfiles: Sequence[File] = ()) -> DefaultInfo:
-        return DefaultInfo(tuple(files), tuple(runfiles))
-
-    def providers(self, *items: Any) -> dict[type, Any]:
-        return {type(item): item for item in items}

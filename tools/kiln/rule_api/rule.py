@@ -1,4 +1,4 @@
-"""What a rule is: a name, an attribute schema and an implementation."""
+"""What a rule is: a name, an attribute schema, the toolchains it reads, an implementation."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kiln.host_facts import Toolchain
 from kiln.rule_api.attrs import RuleAttrs
 
 
@@ -13,11 +14,14 @@ from kiln.rule_api.attrs import RuleAttrs
 class Rule:
     """A rule of the catalogue in rules/.
 
-    `impl` turns a target's attributes and its dependencies' providers into
-    providers and actions; it is None for rules that only shape the graph.
+    `impl(ctx)` turns a target's attributes and its dependencies' providers into
+    providers (DefaultInfo among them) and actions; it is None for rules that
+    only shape the graph. `toolchains` are the ones `impl` may read through
+    `ctx.toolchain(...)`.
     """
 
     name: str
     attrs: type[RuleAttrs]
     doc: str
-    impl: Callable[..., Any] | None = None
+    impl: Callable[..., list[object]] | None = None
+    toolchains: tuple[Toolchain[Any], ...] = ()

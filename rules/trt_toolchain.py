@@ -1,4 +1,6 @@
-"""What this machine offers TensorRT builds, found in a child interpreter.
+"""The TensorRT toolchain: what this machine offers TensorRT builds, found in a child
+interpreter. trt_engine and trt_windows_engine declare it (TENSORRT) and read
+it as ctx.toolchain(TENSORRT); `kiln info toolchains` prints it.
 
 kiln itself never imports torch. To learn whether a trt_engine can build
 here, a child process of the interpreter that runs the actions, with the
@@ -37,8 +39,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from kiln import machine
+from kiln.action_graph import PYTHON_ACTION_ENV
 from kiln.cache.atomic import write_atomic
-from kiln.exec.toolchain import gpu_properties, installed_distributions
+from kiln.host_facts import HostFacts, Toolchain
+from kiln.machine import Gpu
 
 FAKE_ENV = "KILN_TRT_PROBE_JSON"
 FORMAT = 1
@@ -89,13 +94,6 @@ if "torch" in out:
 sys.stdout.flush()
 print("\n" + MARKER + json.dumps(out), flush=True)
 """.replace("MARKER", repr(MARKER))
-
-
-@dataclass(frozen=True)
-class Gpu:
-    name: str
-    compute_capability: str  # "9.0"
-    memory_mb: int = 0
 
 
 @dataclass(frozen=True)
@@ -186,7 +184,7 @@ def run_probe(python: str, env: dict[str, str]) -> Probe:
 def _cache_file(python: str, env: dict[str, str]) -> Path:
     dists = {
         name: version
-        for name, version in sorted(installed_distributions().items())
+        for name, version in machine.distributions()
         if name.startswith(KEYED_DISTRIBUTIONS)
     }
     key = json.dumps(
@@ -197,7 +195,7 @@ def _cache_file(python: str, env: dict[str, str]) -> Path:
             "version": sys.version,
             "env": sorted(env.items()),
             "dists": dists,
-            "gpus": sorted(gpu_properties().items()),
+            "gpus": [repr(gpu) for gpu in machine.nvidia_gpus()],
             "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
         },
         sort_keys=True,
@@ -305,3 +303,15 @@ def describe(found: Probe) -> list[tuple[str, str]]:
         ("windows_cross_compile", "yes" if found.windows_cross_compile else "no"),
         ("gpus", gpus),
     ]
+
+
+def _resolve(host: HostFacts) -> Probe:
+    return probe(host.interpreter, PYTHON_ACTION_ENV)
+
+
+TENSORRT: Toolchain[Probe] = Toolchain(
+    "tensorrt",
+    "torch, CUDA, the GPUs torch sees, torch_tensorrt and its flavour, TensorRT, and "
+    "whether it can cross-compile for Windows: probed in the actions' interpreter",
+    _resolve,
+)

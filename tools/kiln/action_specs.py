@@ -1,0 +1,445 @@
+"""The records rules hand to actions: typed, versioned, torch-free.
+
+    rule, at analysis                          action, in its own process
+    spec = ExportSpec(model=..., ...)          spec = ExportSpec.read("mlp.export.json")
+    ctx.actions.write_spec(file, spec)   -->   spec.model.signature.ranges()
+
+A record is a frozen pydantic model. Top-level specs (`Spec`) are written as
+canonical JSON (sorted keys, two-space indent, plus their `kind` and `format`),
+so equal specs are equal bytes and a spec is an ordinary content-addressed
+input of the action that reads it. `from_json` refuses unknown and missing
+keys and wrong types with one message naming the path, so a renamed field is a
+mypy error where a rule builds the record and a clear error, never a KeyError
+traceback, where an action reads it. Meson's ExecutableSerialisation and
+Pants' Process are the models.
+
+Defaults live in the rules' attribute schemas, once: the records only have
+defaults where a record doubles as an attribute type (TensorSpec and
+DynamicDim are what `torch_model(inputs = ..., dynamic_dims = ...)` takes),
+and even those must be present in JSON. Derived facts that two actions need
+(the min/opt/max shape of every input, the shape points validation runs at)
+are methods here, so there is one policy, not one per action.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    model_validator,
+)
+
+FORMAT = 1
+
+DType = Literal["float32", "float16", "bfloat16", "float64", "int64", "int32", "int8", "bool"]
+Device = Literal["cpu", "cuda"]
+Backend = Literal["inductor", "tensorrt"]
+CpuTarget = Literal["native", "x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"]
+TargetPlatform = Literal["linux_x86_64", "windows_x86_64"]
+Point = Literal["example", "min", "opt", "max"]
+# A value of a factory's keyword argument, as a BUILD file can write it.
+FactoryValue = int | float | str | bool
+
+
+class SpecError(ValueError):
+    """A spec file that is not the record its action expects."""
+
+
+def _tuple(value: Any) -> Any:
+    # Starlark hands lists; records hold tuples (frozen all the way down).
+    return tuple(value) if isinstance(value, list) else value
+
+
+Shape = Annotated[tuple[int, ...], BeforeValidator(_tuple)]
+# A shape of an output whose dimensions may not follow from the inputs' (None).
+PartialShape = Annotated[tuple[int | None, ...], BeforeValidator(_tuple)]
+
+
+class Record(BaseModel):
+    """A frozen, strict record; in JSON every field must be present (see Spec.from_json)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class Spec(Record):
+    """A top-level record: one JSON file, read by one action (or by a deployment)."""
+
+    kind: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.kind = cls.__name__
+
+    def to_json(self) -> str:
+        data = {"kind": self.kind, "format": FORMAT, **self.model_dump(mode="json", by_alias=True)}
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str = "spec") -> Self:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise SpecError(f"{source} is not JSON: {error}") from None
+        if not isinstance(data, dict):
+            raise SpecError(f"{source} holds {type(data).__name__}, not a {cls.kind} object")
+        kind, version = data.pop("kind", None), data.pop("format", None)
+        if kind != cls.kind:
+            found = f"a {kind} record" if kind else "a record without a kind"
+            article = "an" if cls.kind[0] in "AEIOU" else "a"
+            raise SpecError(f"{source} holds {found} where {article} {cls.kind} was expected")
+        if version != FORMAT:
+            raise SpecError(
+                f"{source} is {cls.kind} format {version}; this kiln reads format {FORMAT} "
+                "(written by another kiln version: rebuild it)"
+            )
+        try:
+            # In JSON mode, so that arrays are tuples and nothing else is coerced.
+            record = cls.model_validate_json(json.dumps(data))
+        except ValidationError as error:
+            raise SpecError(f"{source} is not a valid {cls.kind}: {_describe(error)}") from None
+        missing = list(_defaulted(record, ""))
+        if missing:
+            raise SpecError(f"{source} is not a valid {cls.kind}: missing {', '.join(missing)}")
+        return record
+
+    @classmethod
+    def read(cls, path: str | Path) -> Self:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as error:
+            raise SpecError(f"cannot read {cls.kind} {path}: {error.strerror}") from None
+        return cls.from_json(text, source=str(path))
+
+
+def _defaulted(value: Any, path: str) -> Iterator[str]:
+    """The paths of fields a record in `value` took a default for: keys missing in JSON."""
+    if isinstance(value, BaseModel):
+        for name, field in type(value).model_fields.items():
+            key = field.alias or name
+            if name not in value.model_fields_set:
+                yield f"{path}{key}"
+            else:
+                yield from _defaulted(getattr(value, name), f"{path}{key}.")
+    elif isinstance(value, tuple):
+        for i, item in enumerate(value):
+            yield from _defaulted(item, f"{path.rstrip('.')}[{i}].")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _defaulted(item, f"{path}{key}.")
+
+
+def _describe(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors():
+        where = "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in item["loc"]
+        ).lstrip(".")
+        problems.append(
+            f"missing {where}" if item["type"] == "missing" else f"{where}: {item['msg']}"
+        )
+    return "; ".join(problems)
+
+
+# -- the model ---------------------------------------------------------------------
+
+
+class TensorSpec(Record):
+    """One example input of a model: what torch.export traces with."""
+
+    name: str = Field(description="the input's name (forward()'s argument at that position)")
+    shape: Shape = Field(description="the example's shape; a dynamic dim widens one axis")
+    dtype: DType = Field(default="float32", description="torch dtype name")
+
+
+class DynamicDim(Record):
+    """A dimension that varies at run time: torch.export.Dim(name, min=, max=)."""
+
+    name: str = Field(description="the torch.export.Dim name")
+    min: int = Field(ge=0, description="smallest size")
+    max: int = Field(ge=1, description="largest size")
+    opt: int | None = Field(
+        default=None, description="the size to optimize for (TensorRT); default: the example's"
+    )
+    axes: dict[str, int] = Field(
+        description="input name -> the axis of that input this dimension binds, e.g. {'x': 0}"
+    )
+
+    @model_validator(mode="after")
+    def _range(self) -> Self:
+        if self.min > self.max:
+            raise ValueError(f"dynamic dim '{self.name}': min {self.min} > max {self.max}")
+        if self.opt is not None and not self.min <= self.opt <= self.max:
+            raise ValueError(
+                f"dynamic dim '{self.name}': opt {self.opt} is outside [{self.min}, {self.max}]"
+            )
+        if not self.axes:
+            raise ValueError(f"dynamic dim '{self.name}' binds no input axis")
+        return self
+
+    def opt_for(self, example: int) -> int:
+        """The size to optimize for: the declared opt, else the example's size."""
+        return example if self.opt is None else self.opt
+
+
+class ShapeRange(Record):
+    """The shapes one input may take: torch_tensorrt.Input(min_shape, opt_shape, max_shape)."""
+
+    name: str
+    dtype: DType
+    min: Shape
+    opt: Shape
+    max: Shape
+
+    def at(self, point: Point) -> tuple[int, ...]:
+        return self.opt if point == "example" else getattr(self, point)
+
+
+class ModelSignature(Record):
+    """What a model takes: example inputs and the dimensions that vary."""
+
+    inputs: tuple[TensorSpec, ...]
+    dynamic_dims: tuple[DynamicDim, ...]
+
+    def ranges(self) -> tuple[ShapeRange, ...]:
+        """min/opt/max of every input: the example shape, widened on each dynamic dim.
+
+        opt is the dim's opt, else the example's size (never min by default: an
+        opt equal to min has failed in some Torch-TensorRT versions,
+        pytorch/TensorRT#4103).
+        """
+        out = []
+        for spec in self.inputs:
+            lo, opt, hi = list(spec.shape), list(spec.shape), list(spec.shape)
+            for dim in self.dynamic_dims:
+                axis = dim.axes.get(spec.name)
+                if axis is not None:
+                    lo[axis], hi[axis] = dim.min, dim.max
+                    opt[axis] = dim.opt_for(spec.shape[axis])
+            out.append(
+                ShapeRange(
+                    name=spec.name, dtype=spec.dtype, min=tuple(lo), opt=tuple(opt), max=tuple(hi)
+                )
+            )
+        return tuple(out)
+
+    def shape_points(self) -> tuple[tuple[Point, dict[str, tuple[int, ...]]], ...]:
+        """(point, input name -> shape) at which a package is checked: the example
+        alone for a static model, else the min, opt and max of the dynamic dims."""
+        ranges = self.ranges()
+        points: tuple[Point, ...] = ("min", "opt", "max") if self.dynamic_dims else ("example",)
+        return tuple((point, {r.name: r.at(point) for r in ranges}) for point in points)
+
+
+class ModelSource(Record):
+    """How an action builds the nn.Module: import `factory` from `src`'s folder, call it."""
+
+    src: str  # the model's source file, as the action's execroot holds it
+    factory: str  # "module:function"
+    factory_kwargs: dict[str, FactoryValue]
+    weights: str | None  # safetensors or a torch state dict, loaded strictly
+    seed: int  # torch's seed before the factory runs (models without weights)
+
+
+class ModelSpec(Record):
+    """A torch_model as the actions see it."""
+
+    label: str  # the torch_model target, for messages
+    source: ModelSource
+    signature: ModelSignature
+
+
+# -- the actions' specs --------------------------------------------------------------
+
+
+class WeightsSpec(Spec):
+    """ModelWeights: build the module with a seeded generator, save its state dict."""
+
+    source: ModelSource
+    output: str
+
+
+class ExportSpec(Spec):
+    """TorchExport: torch.export the model, save the program without stack traces."""
+
+    model: ModelSpec
+    device: Device
+    output: str
+
+
+class TensorRTSettings(Record):
+    """aoti_package(backend = "tensorrt")'s settings of torch_tensorrt.dynamo.compile."""
+
+    min_block_size: int
+    workspace_size: int  # bytes; 0: TensorRT's default
+    optimization_level: int | None
+    hardware_compatible: bool
+    version_compatible: bool
+    use_explicit_typing: bool | None  # removed in Torch-TensorRT 2.13; None: not passed
+
+    def compile_kwargs(self) -> dict[str, Any]:
+        """The settings to pass: those left unset (None, a workspace of 0) are not."""
+        kwargs = self.model_dump(exclude_none=True)
+        if not self.workspace_size:
+            kwargs.pop("workspace_size")
+        return kwargs
+
+
+class PackageSpec(Spec):
+    """AotiPackage: an exported program into an AOTInductor .pt2 (or through Torch-TensorRT).
+
+    It holds the model's signature, not its source: an edit of the model that keeps
+    the exported program leaves this spec, and so the packaging, untouched.
+    """
+
+    program: str
+    output: str
+    device: Device
+    backend: Backend
+    cpu_target: CpuTarget
+    inductor_configs: dict[str, JsonValue]
+    signature: ModelSignature
+    tensorrt: TensorRTSettings | None  # backend = "tensorrt" only
+
+
+class ValidateSpec(Spec):
+    """AotiValidate: the package against eager at every shape point, in a fresh process."""
+
+    model: ModelSpec
+    package: str
+    output: str
+    device: Device
+    backend: Backend
+    rtol: float
+    atol: float
+
+
+class ValidationCheck(Record):
+    point: Point
+    shapes: dict[str, Shape]
+    max_abs_error: float
+    ok: bool
+
+
+class ValidationReport(Spec):
+    """What AotiValidate found: <name>.validation.json."""
+
+    package: str
+    max_abs_error: float
+    checks: tuple[ValidationCheck, ...]
+
+
+# -- TensorRT engines ----------------------------------------------------------------
+
+
+class BuildGpu(Record):
+    name: str
+    compute_capability: str  # "9.0"
+
+
+class TrtEngineSpec(Spec):
+    """TrtEngine: export, compile (or cross-compile for Windows), save, write the engines."""
+
+    label: str
+    name: str
+    model: ModelSpec
+    device: Device
+    target_platform: TargetPlatform
+    ranges: tuple[ShapeRange, ...]
+    # torch_tensorrt.dynamo.compile keyword arguments, by name (the rule checked them)
+    settings: dict[str, JsonValue]
+    build_gpu: BuildGpu  # the GPU the analysis expects (the action records the real one)
+    program: str
+    manifest: str
+    engines: str
+
+
+class TrtLoaderSpec(Spec):
+    """TrtLoader: render the raw-engine loader from the engine's manifest."""
+
+    label: str
+    name: str
+    manifest: str
+    output: str
+    cc_loader: bool
+
+
+class Binding(Record):
+    """An engine's input or output tensor: dtype and min/opt/max shape where known."""
+
+    name: str
+    dtype: str | None
+    min: PartialShape | None
+    opt: PartialShape | None
+    max: PartialShape | None
+
+
+class EngineRecord(Record):
+    file: str  # <name>.engines/<file>.engine
+    submodule: str  # _run_on_acc_N
+    bytes: int
+    sha256: str
+    inputs: tuple[Binding, ...]
+    outputs: tuple[Binding, ...]
+
+
+class SavedProgram(Record):
+    file: str
+    saved_with: str
+    load: str  # the Python call that loads it on the target
+    load_on: str
+    documented_save_error: str | None = None  # set when the documented save failed
+
+
+class RawEngine(Record):
+    deployable: bool  # one engine, no PyTorch fallback ops
+    problems: tuple[str, ...]
+
+
+class Compatibility(Record):
+    hardware_compatible: bool
+    version_compatible: bool
+    gpus: str
+    tensorrt: str
+
+
+class TrtToolchain(Record):
+    """What the TrtEngine action found in its own process."""
+
+    torch: str | None
+    cuda: str | None
+    torch_tensorrt: str | None
+    flavour: str | None  # "standard" | "rtx"
+    tensorrt: str | None
+    torch_tensorrt_abi: str | None
+
+
+class TrtManifest(Spec):
+    """How an engine was built and how to load it: <name>.manifest.json."""
+
+    label: str
+    name: str
+    model: str  # the torch_model's label
+    platform: TargetPlatform
+    compile_api: str
+    program: SavedProgram
+    engines: tuple[EngineRecord, ...]
+    inputs: tuple[ShapeRange, ...]
+    fallback_ops: dict[str, int]
+    fallback_op_count: int
+    raw_engine: RawEngine
+    toolchain: TrtToolchain
+    build_gpu: BuildGpu
+    compatibility: Compatibility
+    settings: dict[str, JsonValue]
+    settings_not_accepted: tuple[str, ...]
+    forced_off: dict[str, bool]
+    timing_cache: str

@@ -1,0 +1,105 @@
+"""What a rule may know about the machine its actions run on: facts and toolchains.
+
+Rules never probe the host themselves. Cheap facts (OS, Python, installed
+distributions) are gathered once per build into a frozen HostFacts, read as
+`ctx.host`. Expensive or optional ones are *toolchains*: a rule declares the
+ones it reads (`Rule(toolchains = (GPUS,))`, as Bazel's `toolchains = [...]`)
+and reads them as `ctx.toolchain(GPUS)`; each is resolved at most once per
+build, when first read, and the analysis cache is keyed on the HostFacts and
+on the value of every toolchain that was read. The remote executor can hand
+analysis the facts of the machines that will run the actions instead of this
+one's.
+
+A leaf module that kiln.rule_api re-exports: the analysis cache unpickles these
+on a no-op build, which must not import pydantic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from kiln import machine
+from kiln.machine import Gpu
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """The machine the actions will run on, as far as analysis may know it."""
+
+    os: str  # "linux"
+    arch: str  # "x86_64"
+    python: str  # "3.11.7"
+    python_impl: str  # "cpython"
+    # The interpreter that runs Python actions: probes run it. Where it is
+    # installed says nothing about what it computes, so it is kept out of keys.
+    interpreter: str = field(compare=False)
+    distributions: tuple[tuple[str, str], ...]  # (normalized name, version), sorted
+
+    @staticmethod
+    def of_this_machine() -> HostFacts:
+        return HostFacts(
+            os=platform.system().lower(),
+            arch=platform.machine(),
+            python=platform.python_version(),
+            python_impl=sys.implementation.name,
+            interpreter=sys.executable,
+            distributions=machine.distributions(),
+        )
+
+    def version(self, distribution: str) -> str | None:
+        """The installed version of `distribution` (as pip spells it), or None."""
+        return dict(self.distributions).get(machine.normalized(distribution))
+
+    def digest(self) -> str:
+        text = repr((self.os, self.arch, self.python, self.python_impl, self.distributions))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Toolchain(Generic[T]):
+    """A fact about the host that some rules need and finding out costs: resolved lazily.
+
+    `resolve` must return a frozen, picklable value that compares equal when
+    nothing relevant changed (the analysis cache compares it with the value it
+    was made with).
+    """
+
+    name: str
+    doc: str
+    resolve: Callable[[HostFacts], T] = field(compare=False)
+
+
+class ToolchainResolver:
+    """Resolves toolchains for one build, each at most once, and remembers what was read."""
+
+    def __init__(self, host: HostFacts):
+        self.host = host
+        self.read: dict[str, tuple[Toolchain[Any], Any]] = {}
+
+    def get(self, toolchain: Toolchain[T]) -> T:
+        known = self.read.get(toolchain.name)
+        if known is None:
+            known = self.read[toolchain.name] = (toolchain, toolchain.resolve(self.host))
+        value: T = known[1]
+        return value
+
+
+def _gpus(host: HostFacts) -> tuple[Gpu, ...]:
+    del host
+    return machine.nvidia_gpus()
+
+
+GPUS: Toolchain[tuple[Gpu, ...]] = Toolchain(
+    "gpus",
+    "the CUDA GPUs visible here (nvidia-smi, respecting CUDA_VISIBLE_DEVICES)",
+    _gpus,
+)
+
+__all__ = ["GPUS", "Gpu", "HostFacts", "Toolchain", "ToolchainResolver"]
