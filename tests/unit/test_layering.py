@@ -1,0 +1,134 @@
+"""kiln's layers, as docs/design.md draws them: every import of every module is checked.
+
+A layer may import itself and the layers it lists; anything else is an upward
+(or sideways) import and fails here with the file and line. Imports under
+`if TYPE_CHECKING:` are names for annotations only, and are allowed anywhere.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from kiln.code_digest import KILN_ROOT
+
+# layer -> the layers it may import (besides itself)
+LEAVES = ("kiln", "kiln.errors", "kiln.machine", "kiln.code_digest", "kiln.cc_templates")
+RECORDS = ("kiln.action_specs", "kiln.action_graph", "kiln.host_facts", "kiln.label")
+ALLOWED: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(LEAVES, ()),
+    "kiln.label": ("kiln.errors",),
+    "kiln.action_specs": (),
+    "kiln.action_graph": (),
+    "kiln.host_facts": ("kiln.machine",),
+    "kiln.cache": ("kiln.errors",),
+    "kiln.state_file": ("kiln.cache",),
+    # python -m kiln.actions.<name>: the torch scripts read spec records, nothing of the engine
+    "kiln.actions": ("kiln.action_specs", "kiln.cc_templates"),
+    # what rules/ sees: the records and a few leaves, behind one surface
+    "kiln.rule_api": (*LEAVES, *RECORDS),
+    "kiln.rules": ("kiln.rule_api", "kiln.rules.toolchain"),
+    # toolchains of the catalogue (rules/*_toolchain.py) are unpickled on a no-op build:
+    # they stay below the rule API (no pydantic) and use the leaves directly
+    "kiln.rules.toolchain": ("kiln.host_facts", "kiln.machine", "kiln.action_graph", "kiln.cache"),
+    "kiln.workers": ("kiln.errors",),
+    "kiln.exec": (*LEAVES, "kiln.action_graph", "kiln.cache", "kiln.state_file", "kiln.workers"),
+    "kiln.loading": (*LEAVES, "kiln.label", "kiln.action_graph", "kiln.rule_api", "kiln.rules"),
+    "kiln.query": (*LEAVES, "kiln.label", "kiln.loading"),
+    "kiln.analysis": (
+        *LEAVES,
+        *RECORDS,
+        "kiln.state_file",
+        "kiln.loading",
+        "kiln.rule_api",
+        "kiln.rules",
+    ),
+}
+TOP = ("kiln.cli", "kiln.__main__")  # may import anything
+
+
+def _module(path: Path) -> str:
+    parts = ["kiln", *path.relative_to(KILN_ROOT).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> str:
+    if module.startswith("kiln.rules.") and module.endswith("_toolchain"):
+        return "kiln.rules.toolchain"
+    for layer in sorted([*ALLOWED, *TOP], key=len, reverse=True):
+        if module == layer or module.startswith(layer + "."):
+            return layer
+    raise AssertionError(f"{module} belongs to no layer: add it to the table")
+
+
+def _is_module(name: str) -> bool:
+    base = KILN_ROOT.joinpath(*name.split(".")[1:])
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, kiln module) of every import outside `if TYPE_CHECKING:` blocks."""
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and ast.unparse(block.test).endswith("TYPE_CHECKING")
+        for node in ast.walk(block)
+    }
+    package = _module(path) if path.name == "__init__.py" else _module(path).rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(
+                    [*package.split(".")[: len(package.split(".")) - node.level + 1], base]
+                ).rstrip(".")
+            for alias in node.names:
+                name = f"{base}.{alias.name}"
+                found.append((node.lineno, name if _is_module(name) else base))
+    return [(line, name) for line, name in found if name == "kiln" or name.startswith("kiln.")]
+
+
+def _sources() -> list[Path]:
+    rules = KILN_ROOT / "rules"
+    own = [p for p in KILN_ROOT.rglob("*.py") if not p.is_relative_to(rules)]
+    return sorted([*own, *rules.glob("*.py")])
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(KILN_ROOT)))
+def test_no_module_imports_a_layer_above_its_own(path: Path) -> None:
+    module = _module(path)
+    layer = layer_of(module)
+    if layer in TOP:
+        return
+    allowed = {layer, *ALLOWED[layer]}
+    upward = [
+        f"{path.relative_to(KILN_ROOT)}:{line}: {module} ({layer}) imports {name} "
+        f"({layer_of(name)})"
+        for line, name in _imports(path)
+        if layer_of(name) not in allowed
+    ]
+    assert not upward, "\n".join(upward)
+
+
+def test_rules_see_only_the_rule_api() -> None:
+    """The catalogue's rules import kiln.rule_api and each other: no kiln.exec, no engine."""
+    for path in (KILN_ROOT / "rules").glob("*.py"):
+        if path.stem.endswith("_toolchain"):
+            continue
+        names = {name for _, name in _imports(path)}
+        outside = {n for n in names if not n.startswith(("kiln.rule_api", "kiln.rules"))}
+        assert not outside, f"{path.name} imports {sorted(outside)}"
+
+
+def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
+    """The test above can fail: an import of kiln.cli from the cache layer is found."""
+    assert layer_of("kiln.cache.cas") == "kiln.cache"
+    assert layer_of("kiln.cli.build") not in {"kiln.cache", *ALLOWED["kiln.cache"]}
+    assert layer_of("kiln.rules.trt_toolchain") == "kiln.rules.toolchain"
