@@ -113,27 +113,54 @@ class InputRange(BaseModel):
 class TrtEngineBaseAttrs(RuleAttrs):
     """The attributes trt_engine and trt_windows_engine share."""
 
-    model: LabelAttr
-    inputs: list[InputRange] | None = None  # default: from the model's inputs and dynamic_dims
+    model: LabelAttr = Field(description="the torch_model to build an engine of")
+    inputs: list[InputRange] | None = Field(
+        default=None,
+        description="[{'name', 'min', 'opt', 'max'}] per model input; default: the "
+        "model's example shapes widened on its dynamic_dims",
+    )
     # Torch-TensorRT settings, passed as named (when the installed version accepts them)
-    hardware_compatible: bool = False
-    version_compatible: bool = False
-    optimization_level: int | None = Field(default=None, ge=0, le=5)
-    min_block_size: int = Field(default=1, ge=1)
-    require_full_compilation: bool = False
-    workspace_size: int = Field(default=0, ge=0)  # bytes; 0: TensorRT's default
-    torch_executed_ops: list[str] = Field(default_factory=list)
-    disable_tf32: bool = False
-    truncate_double: bool = False
-    sparse_weights: bool = False
-    immutable_weights: bool = True
-    max_aux_streams: int | None = Field(default=None, ge=0)
-    # Any other setting of torch_tensorrt.dynamo.compile, by name.
-    extra_settings: dict[str, bool | int | float | str] = Field(default_factory=dict)
-    # Render the raw-engine C++ loader (it needs one engine and no fallback ops).
-    cc_loader: bool = True
-    # Memory the engine build may take, for the scheduler (MB).
-    memory_mb: int = Field(default=8000, ge=0)
+    hardware_compatible: bool = Field(
+        default=False, description="the engine runs on Ampere and newer, not only the build GPU"
+    )
+    version_compatible: bool = Field(
+        default=False, description="the engine loads in newer TensorRT within its major version"
+    )
+    optimization_level: int | None = Field(
+        default=None, ge=0, le=5, description="TensorRT builder optimization level"
+    )
+    min_block_size: int = Field(
+        default=1, ge=1, description="fewest ops in a TensorRT block (Torch-TensorRT)"
+    )
+    require_full_compilation: bool = Field(
+        default=False, description="fail unless every op runs in TensorRT"
+    )
+    workspace_size: int = Field(
+        default=0, ge=0, description="TensorRT workspace in bytes (0: TensorRT's default)"
+    )
+    torch_executed_ops: list[str] = Field(
+        default_factory=list, description="ops left to PyTorch, e.g. 'torch.ops.aten.sub.Tensor'"
+    )
+    disable_tf32: bool = Field(default=False, description="no TF32 in float32 layers")
+    truncate_double: bool = Field(default=False, description="float64 weights as float32")
+    sparse_weights: bool = Field(default=False, description="let TensorRT use sparse tactics")
+    immutable_weights: bool = Field(
+        default=True, description="weights baked into the engine (False: refittable)"
+    )
+    max_aux_streams: int | None = Field(
+        default=None, ge=0, description="auxiliary CUDA streams TensorRT may use"
+    )
+    extra_settings: dict[str, bool | int | float | str] = Field(
+        default_factory=dict,
+        description="any other setting of torch_tensorrt.dynamo.compile, by name",
+    )
+    cc_loader: bool = Field(
+        default=True,
+        description="render the raw-engine C++ loader (needs one engine, no fallback ops)",
+    )
+    memory_mb: int = Field(
+        default=8000, ge=0, description="memory the engine build may take, for the scheduler (MB)"
+    )
 
     @field_validator("extra_settings")
     @classmethod
@@ -159,7 +186,9 @@ class TrtEngineBaseAttrs(RuleAttrs):
 
 
 class TrtEngineAttrs(TrtEngineBaseAttrs):
-    platform: TargetPlatform = "linux_x86_64"
+    platform: TargetPlatform = Field(
+        default="linux_x86_64", description="'linux_x86_64', or 'windows_x86_64' cross-compiled"
+    )
 
     @property
     def target_platform(self) -> TargetPlatform:

@@ -40,11 +40,17 @@ class RuleAttrs(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
-    name: str
-    visibility: list[str] | None = None
-    tags: list[str] = Field(default_factory=list)
-    testonly: bool = False
-    deprecation: str | None = None
+    name: str = Field(description="the target's name, unique in its package")
+    visibility: list[str] | None = Field(
+        default=None, description="who may depend on it; default: the package's"
+    )
+    tags: list[str] = Field(
+        default_factory=list, description="'manual' keeps it out of wildcards such as //..."
+    )
+    testonly: bool = Field(default=False, description="only test targets may depend on it")
+    deprecation: str | None = Field(
+        default=None, description="a warning shown to targets that depend on it"
+    )
 
     @classmethod
     def fields_marked(cls, marker: _Marker) -> tuple[str, ...]:
