@@ -1,7 +1,7 @@
 """aoti_package on a CUDA GPU: the inductor and the Torch-TensorRT backends, built for real.
 
 Marked `gpu`, skipped without one (CI has none). Run on the GPU machine with
-tools/gpu_check.sh; README.md records what ran there. On that image Python
+tools/gpu_check.sh; docs/gpu.md records what ran there. On that image Python
 loading of any .pt2 needs the system libstdc++ preloaded (torch-facts.md), so
 the tests pass KILN_TEST_ACTION_ENV (e.g. LD_PRELOAD=...) as --action_env.
 """
