@@ -51,3 +51,19 @@ def rule_context(
     return RuleContext(
         rule, label, attrs, deps or {}, ToolchainResolver(HostFacts.of_this_machine())
     )
+
+
+# Two inputs of other dtypes, one dim bound on both, another on one.
+DETECTOR = model_info(
+    "//models:detector",
+    "models/detector.py",
+    "detector:build",
+    (
+        TensorSpec(name="image", shape=(2, 3, 64, 48), dtype="float16"),
+        TensorSpec(name="class", shape=(2, 7), dtype="int64"),
+    ),
+    (
+        DynamicDim(name="batch", min=1, max=8, opt=4, axes={"image": 0, "class": 0}),
+        DynamicDim(name="height", min=32, max=512, axes={"image": 2}),
+    ),
+)

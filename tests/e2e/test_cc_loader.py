@@ -28,7 +28,7 @@ from kiln.rules.aoti_package import RULE as AOTI_PACKAGE
 from kiln.rules.aoti_package import AotiPackageAttrs
 from kiln.rules.torch_model import TorchModelInfo
 
-from tests.model_fixtures import model_info, rule_context
+from tests.model_fixtures import DETECTOR, model_info, rule_context
 
 REPO = Path(__file__).resolve().parents[2]
 APP_SOURCES = REPO / "tests" / "cc"
@@ -91,19 +91,7 @@ RESNET = model_info(
     (DynamicDim(name="batch", min=1, max=16, axes={"image": 0}),),
 )
 
-TWO_INPUTS = model_info(
-    "//models:detector",
-    "models/detector.py",
-    "detector:build",
-    (
-        TensorSpec(name="image", shape=(2, 3, 64, 48), dtype="float16"),
-        TensorSpec(name="class", shape=(2, 7), dtype="int64"),
-    ),
-    (
-        DynamicDim(name="batch", min=1, max=8, axes={"image": 0, "class": 0}),
-        DynamicDim(name="height", min=32, max=512, axes={"image": 2}),
-    ),
-)
+TWO_INPUTS = DETECTOR
 
 
 def _render(

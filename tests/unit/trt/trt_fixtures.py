@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from kiln.action_graph import Action
-from kiln.rule_api import AnalyzedTarget, DefaultInfo, DynamicDim, TensorSpec
+from kiln.rule_api import AnalyzedTarget, DefaultInfo
 from kiln.rules import trt_toolchain as trt_probe
 from kiln.rules.torch_model import TorchModelInfo
 from kiln.rules.trt_engine import RULE as TRT_ENGINE
@@ -19,21 +19,9 @@ from kiln.rules.trt_toolchain import Gpu, Probe
 from kiln.rules.trt_windows_engine import RULE as TRT_WINDOWS_ENGINE
 from kiln.rules.trt_windows_engine import TrtWindowsEngineAttrs
 
-from tests.model_fixtures import MLP, model_info, rule_context
+from tests.model_fixtures import DETECTOR, MLP, rule_context
 
-TWO_INPUTS = model_info(
-    "//models:detector",
-    "models/detector.py",
-    "detector:build",
-    (
-        TensorSpec(name="image", shape=(2, 3, 64, 48), dtype="float16"),
-        TensorSpec(name="class", shape=(2, 7), dtype="int64"),
-    ),
-    (
-        DynamicDim(name="batch", min=1, max=8, opt=4, axes={"image": 0, "class": 0}),
-        DynamicDim(name="height", min=32, max=512, axes={"image": 2}),
-    ),
-)
+TWO_INPUTS = DETECTOR
 
 # A Linux x86-64 machine with an H200 and the standard TensorRT (Windows builder resource).
 GPU_STANDARD = Probe(
