@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kiln.action_specs import Point, TrtEngineSpec
+
 TOLERANCE = 1e-3
 
 
@@ -33,25 +35,27 @@ def _paths(target: str) -> tuple[Path, str]:
     return Path("kiln-out") / package, name
 
 
-def _load(target: str) -> tuple[dict[str, Any], dict[str, Any], Path, str]:
+def _load(target: str) -> tuple[TrtEngineSpec, dict[str, Any], Path, str]:
+    """The spec kiln wrote (the record TrtEngine read) and the manifest, as a deployer
+    reads it (plain JSON)."""
     folder, name = _paths(target)
-    spec = json.loads((folder / f"{name}.trt.json").read_text())
+    spec = TrtEngineSpec.read(folder / f"{name}.trt.json")
     manifest = json.loads((folder / f"{name}.manifest.json").read_text())
     return spec, manifest, folder, name
 
 
-def _eager(spec: dict[str, Any]) -> Any:
+def _eager(spec: TrtEngineSpec) -> Any:
     import torch
     from kiln.actions.model_loading import build_model
 
-    return build_model(spec["model"]).to(torch.device("cuda"))
+    return build_model(spec.model.source).to(torch.device("cuda"))
 
 
-def _inputs(spec: dict[str, Any], which: str, seed: int = 1) -> list[Any]:
+def _inputs(spec: TrtEngineSpec, which: Point, seed: int = 1) -> list[Any]:
     from kiln.actions.model_loading import example_inputs
 
-    shapes = {r["name"]: r[which] for r in spec["ranges"]}
-    return [t.cuda() for t in example_inputs(spec["inputs"], shapes, seed=seed)]
+    shapes = {r.name: r.at(which) for r in spec.ranges}
+    return [t.cuda() for t in example_inputs(spec.model.signature.inputs, shapes, seed=seed)]
 
 
 def _outputs(value: Any) -> list[Any]:
@@ -163,11 +167,11 @@ def write_inputs(target: str, out: Path) -> dict[str, Any]:
         )
     # The max case with the first dynamic dimension one past its max: the runner must refuse it.
     bad = [list(pair) for pair in cases["max"]]
-    for i, item in enumerate(spec["ranges"]):
-        pairs = enumerate(zip(item["min"], item["max"], strict=True))
+    for i, item in enumerate(spec.ranges):
+        pairs = enumerate(zip(item.min, item.max, strict=True))
         axis = next((a for a, (lo, hi) in pairs if lo != hi), None)
         if axis is not None:
-            dims = list(item["max"])
+            dims = list(item.max)
             dims[axis] += 1
             bad[i][1] = "x".join(str(d) for d in dims)
             break
