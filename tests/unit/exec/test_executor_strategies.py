@@ -14,6 +14,7 @@ from kiln.cache.digest_cache import FileDigestCache
 from kiln.exec.action_state import ActionState
 from kiln.exec.executor import ExecOptions, Executor
 from kiln.exec.explain import ExplainLog
+from kiln.layout import OutputBase
 
 ACTION = """
 import os, sys
@@ -33,7 +34,7 @@ def _executor(tmp_path: Path, strategy: str) -> Executor:
     base = tmp_path / f"base-{strategy}"
     return Executor(
         workspace_root=root,
-        output_base=base,
+        output_base=OutputBase(base),
         cas=ContentStore(cache),
         action_cache=ActionCache(cache),
         digest_cache=FileDigestCache(base / "digests.log", "sha256"),

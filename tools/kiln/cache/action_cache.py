@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 from kiln.cache.atomic import mark_used, write_atomic
 from kiln.cache.cas import ContentStore
 from kiln.cache.digest import Digest
+from kiln.layout import DiskCache
 
 VERSION = 1
 
@@ -198,7 +199,7 @@ class ActionCache:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
-        self._dir = self.root / "ac"
+        self._dir = DiskCache(self.root).ac
 
     def path(self, key: str) -> Path:
         if not _KEY.fullmatch(key):

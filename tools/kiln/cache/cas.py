@@ -61,6 +61,7 @@ from kiln.cache.atomic import (
 )
 from kiln.cache.digest import Digest, Hasher, digest_bytes, digest_file, new_hasher
 from kiln.errors import KilnError
+from kiln.layout import DiskCache
 
 _BUFFER_SIZE = 1 << 20
 # put_stream hashes on a second thread from this size on, through this many buffers.
@@ -92,7 +93,7 @@ class ContentStore:
         new_hasher(function)  # rejects an unknown function now, not at the first write
         self.root = Path(root)
         self.function = function
-        self._dir = self.root / "cas"
+        self._dir = DiskCache(self.root).cas
 
     def path(self, digest: Digest, executable: bool = False) -> Path:
         name = digest.hash + ".x" if executable else digest.hash

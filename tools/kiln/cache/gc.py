@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kiln.cache.atomic import is_temp
+from kiln.layout import DiskCache
 
 _NS = 1_000_000_000
 _ENTRY, _BLOB = 0, 1
@@ -57,7 +58,7 @@ def collect(root: Path, max_bytes: int, *, grace_seconds: float = 300.0) -> GcRe
     """Remove least recently used blobs and entries until the cache fits max_bytes."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / "gc.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(DiskCache(root).gc_lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         return _collect(root, max_bytes, time.time_ns() - int(grace_seconds * _NS))
@@ -67,8 +68,9 @@ def collect(root: Path, max_bytes: int, *, grace_seconds: float = 300.0) -> GcRe
 
 def _collect(root: Path, max_bytes: int, cutoff_ns: int) -> GcReport:
     items: list[_Item] = []
-    temps_removed = _scan(root / "cas", _BLOB, cutoff_ns, items, shards=True)
-    temps_removed += _scan(root / "ac", _ENTRY, cutoff_ns, items, shards=True)
+    layout = DiskCache(root)
+    temps_removed = _scan(layout.cas, _BLOB, cutoff_ns, items, shards=True)
+    temps_removed += _scan(layout.ac, _ENTRY, cutoff_ns, items, shards=True)
     total = before = sum(item.size for item in items)
     removed = {_ENTRY: 0, _BLOB: 0}
     if total > max_bytes:

@@ -93,7 +93,7 @@ def _run(args: list[str], reporting: _Reporting) -> int:
             hint=f"commands: {', '.join(COMMANDS)}; see 'kiln help'",
         )
     command: click.Command = importlib.import_module(f"kiln.cli.{COMMANDS[name]}").command
-    session = Session.create(Path(os.getcwd()), startup, needs_workspace=name != "version")
+    session = Session.create(Path(os.getcwd()), startup)
     files = rcfile.rc_files(
         session.workspace.root, workspace_rc=startup.workspace_rc, home_rc=startup.home_rc
     )

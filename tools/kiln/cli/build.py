@@ -21,12 +21,13 @@ from kiln.cli.build_options import (
     parse_size,
     remote_cache_client,
 )
-from kiln.cli.session import Session, cache_home
+from kiln.cli.session import Session
 from kiln.errors import BuildFailure, KilnError
 from kiln.exec import host
 from kiln.exec.scheduler import Limits, Reporter, Scheduler, ScheduleResult
 from kiln.exec.workspace_lock import workspace_lock
 from kiln.host_facts import HostFacts
+from kiln.layout import DiskCache, cache_home
 from kiln.loading.graph import GraphBuilder
 from kiln.loading.loader import PackageLoader
 from kiln.loading.patterns import expand, parse_patterns
@@ -74,7 +75,7 @@ def run_build(session: Session, targets: list[str], options: BuildOptions) -> in
         loader,
         graph,
         labels,
-        AnalysisCache(session.output_base / "analysis-cache.pickle"),
+        AnalysisCache(session.output_base.analysis_cache),
         HostFacts.of_this_machine(),
         keep_going=options.keep_going,
         report=lambda error: _report(error, errors),
@@ -165,22 +166,21 @@ def _execute(
     from kiln.exec.explain import ExplainLog
     from kiln.exec.profile import ProfileWriter
 
-    disk_cache = (options.disk_cache or cache_home()).expanduser().resolve()
-    if options.digest_function != "sha256":
-        # Blobs and keys of another digest function live apart: names never mix.
-        disk_cache = disk_cache / options.digest_function
+    disk_cache = DiskCache.at(
+        (options.disk_cache or cache_home()).expanduser().resolve(), options.digest_function
+    )
+    disk_cache.create()
     remote = remote_cache_client(options)  # None without --remote_cache
     executor = Executor(
         workspace_root=session.workspace.root,
         output_base=session.output_base,
-        cas=ContentStore(disk_cache, options.digest_function),
-        action_cache=ActionCache(disk_cache),
+        cas=ContentStore(disk_cache.root, options.digest_function),
+        action_cache=ActionCache(disk_cache.root),
         digest_cache=FileDigestCache(
-            session.output_base / f"digests-{options.digest_function}.log",
-            options.digest_function,
+            session.output_base.digest_log(options.digest_function), options.digest_function
         ),
-        explain_log=ExplainLog(session.output_base / "explain.pickle"),
-        state=ActionState(session.output_base / "action-state.pickle", session.workspace.root),
+        explain_log=ExplainLog(session.output_base.explain_log),
+        state=ActionState(session.output_base.action_state, session.workspace.root),
         options=ExecOptions(
             digest_function=options.digest_function,
             strategy="worker" if options.strategy == "worker" else "local",
@@ -250,7 +250,7 @@ def _execute(
     if options.disk_cache_max_size:
         from kiln.cache.gc import collect
 
-        collect(disk_cache, parse_size(options.disk_cache_max_size))
+        collect(disk_cache.root, parse_size(options.disk_cache_max_size))
     return result, seconds
 
 

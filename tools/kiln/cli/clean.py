@@ -7,30 +7,47 @@ from pathlib import Path
 
 import click
 
-from kiln.cli.session import Session, cache_home
+from kiln.cli.session import Session
+from kiln.errors import KilnError
 from kiln.exec.workspace_lock import workspace_lock
-from kiln.loading.workspace import OUTPUT_DIR
+from kiln.layout import DiskCache, cache_home, output_root
 
 
 @click.command("clean")
 @click.option("--expunge", is_flag=True, help="Also delete the disk cache and kiln's state.")
-@click.option("--disk_cache", type=click.Path(path_type=Path), default=None)
-@click.option("--lock_wait/--nolock_wait", default=True)
+@click.option(
+    "--disk_cache",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The disk cache --expunge deletes [default: ~/.cache/kiln]",
+)
+@click.option(
+    "--lock_wait/--nolock_wait",
+    default=True,
+    help="Wait for another command holding the workspace lock",
+)
 @click.pass_obj
 def command(session: Session, expunge: bool, disk_cache: Path | None, lock_wait: bool) -> int:
     """Remove build outputs (and with --expunge, the caches)."""
     with workspace_lock(
         session.output_base, wait=lock_wait, on_wait=lambda m: click.echo(f"INFO: {m}", err=True)
     ):
-        _remove(session.workspace.root / OUTPUT_DIR)
-        for state in ("explain.pickle", "action-state.pickle", "execroot"):
-            _remove(session.output_base / state)
+        _remove(output_root(session.workspace.root))
+        for state in session.output_base.build_state():
+            _remove(state)
         if expunge:
-            cache = (disk_cache or cache_home()).expanduser()
-            for part in ("cas", "ac", "gc.lock", "blake3"):
-                _remove(cache / part)
-            for child in session.output_base.iterdir():
-                if child.name != "lock":
+            from kiln.cache.digest import DIGEST_FUNCTIONS
+
+            cache = DiskCache((disk_cache or cache_home()).expanduser())
+            if cache.root.exists() and not cache.root.is_dir():
+                raise KilnError(
+                    f"the disk cache {cache.root} is a file, not a directory",
+                    hint="pass the cache directory with --disk_cache=DIR, or remove that file",
+                )
+            for part in cache.expunged(DIGEST_FUNCTIONS):
+                _remove(part)
+            for child in session.output_base.root.iterdir():
+                if child != session.output_base.lock:
                     _remove(child)
     click.echo("INFO: removed kiln-out/" + (" and the disk cache" if expunge else ""), err=True)
     return 0

@@ -8,9 +8,9 @@ import sys
 import click
 
 from kiln import __version__
-from kiln.cli.session import Session, cache_home
+from kiln.cli.session import Session
 from kiln.exec import host
-from kiln.loading.workspace import OUTPUT_DIR
+from kiln.layout import cache_home, output_root
 
 
 @click.command("info")
@@ -28,8 +28,8 @@ def command(session: Session, key: str | None) -> int:
     facts = {
         "release": f"kiln {__version__}",
         "workspace": str(session.workspace.root),
-        "output_base": str(session.output_base),
-        "output_path": str(session.workspace.root / OUTPUT_DIR),
+        "output_base": str(session.output_base.root),
+        "output_path": str(output_root(session.workspace.root)),
         "disk_cache": str(cache_home()),
         "python": f"{platform.python_version()} ({sys.executable})",
         "host": f"{platform.system().lower()} {platform.machine()}",

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from kiln.errors import KilnError
+from kiln.layout import OutputBase
 from kiln.loading.workspace import Workspace
 
 
@@ -47,29 +46,22 @@ class StartupOptions:
         return StartupOptions(workspace_rc, home_rc, output_base), args[i:]
 
 
-def cache_home() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "kiln"
-
-
 @dataclass(frozen=True)
 class Session:
     cwd: Path
     workspace: Workspace
     working_package: str  # the cwd relative to the root, as Bazel's working directory offset
-    output_base: Path  # kiln's private state for this workspace (graph cache, locks, ...)
+    output_base: OutputBase  # kiln's private state for this workspace (caches, lock, ...)
 
     @staticmethod
-    def create(cwd: Path, startup: StartupOptions, *, needs_workspace: bool = True) -> Session:
-        del needs_workspace
+    def create(cwd: Path, startup: StartupOptions) -> Session:
         workspace = Workspace.find(cwd)
         if startup.output_base is not None:
-            output_base = startup.output_base
+            output_base = OutputBase(startup.output_base)
         else:
-            key = hashlib.sha256(str(workspace.root).encode()).hexdigest()[:16]
-            output_base = cache_home() / "workspaces" / key
+            output_base = OutputBase.for_workspace(workspace.root)
         return Session(cwd, workspace, workspace.package_of(cwd), output_base)
 
     @property
     def graph_cache_file(self) -> Path:
-        return self.output_base / "graph-cache.pickle"
+        return self.output_base.graph_cache

@@ -35,6 +35,7 @@ from kiln.exec.action_state import ActionState
 from kiln.exec.execroot import Execroots
 from kiln.exec.explain import ExplainLog
 from kiln.exec.local_runner import LocalRunner, RunResult
+from kiln.layout import OutputBase
 
 if TYPE_CHECKING:
     from kiln.exec.remote_spawn_cache import RemoteSpawnCache
@@ -73,7 +74,7 @@ class ActionOutcome:
 @dataclass
 class Executor:
     workspace_root: Path
-    output_base: Path
+    output_base: OutputBase
     cas: ContentStore
     action_cache: ActionCache
     digest_cache: FileDigestCache
@@ -93,7 +94,7 @@ class Executor:
     directory_files: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.execroots = Execroots(self.output_base / "execroot", self.workspace_root, self.cas)
+        self.execroots = Execroots(self.output_base.execroot, self.workspace_root, self.cas)
 
     # -- the two entry points -----------------------------------------------
 

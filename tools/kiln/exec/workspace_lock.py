@@ -10,18 +10,17 @@ import contextlib
 import fcntl
 import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from kiln.errors import KilnError
+from kiln.layout import OutputBase
 
 
 @contextlib.contextmanager
 def workspace_lock(
-    output_base: Path, *, wait: bool, on_wait: Callable[[str], None]
+    output_base: OutputBase, *, wait: bool, on_wait: Callable[[str], None]
 ) -> Iterator[None]:
-    output_base.mkdir(parents=True, exist_ok=True)
-    path = output_base / "lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    output_base.create()
+    fd = os.open(output_base.lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

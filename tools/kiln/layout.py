@@ -1,0 +1,149 @@
+"""Where kiln keeps things on disk: every file name of the output base and the disk cache.
+
+    <workspace>/kiln-out/                 outputs, as read-only hardlinks of CAS blobs
+    <output base>/                        kiln's state for one workspace
+        lock                              the workspace lock (flock; holds the pid)
+        graph-cache.pickle                evaluated packages (loading)
+        analysis-cache.pickle             the action graph of the last build (analysis)
+        action-state.pickle               what kiln-out/ holds: the no-op path (exec)
+        explain.pickle                    each action's last key parts, for --explain
+        digests-<function>.log            source file digests by stat data
+        execroot/                         private execroots of running actions
+    <disk cache>/                         shared by workspaces (--disk_cache)
+        cas/<xx>/<hash>[.x]               blobs (`.x`: the executable copy)
+        ac/<xx>/<key>                     action results
+        gc.lock                           held while the cache is collected
+        <function>/                       a whole cache of its own for digest functions
+                                          other than sha256 (blake3/): names never mix
+
+The default output base is `<cache home>/workspaces/<hash of the workspace path>`,
+the default disk cache `<cache home>` itself, with `<cache home>` being
+`$XDG_CACHE_HOME/kiln` or `~/.cache/kiln`. Nothing else in kiln spells these
+names. A leaf: this module imports only kiln.errors and kiln.action_graph.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.action_graph import GENERATED_ROOT
+from kiln.errors import KilnError
+
+DEFAULT_DIGEST_FUNCTION = "sha256"
+
+
+def cache_home() -> Path:
+    """`$XDG_CACHE_HOME/kiln`, or `~/.cache/kiln`."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "kiln"
+
+
+def output_root(workspace_root: Path) -> Path:
+    """The workspace's kiln-out/."""
+    return workspace_root / GENERATED_ROOT
+
+
+@dataclass(frozen=True)
+class OutputBase:
+    """kiln's private state for one workspace."""
+
+    root: Path
+
+    @staticmethod
+    def for_workspace(workspace_root: Path) -> OutputBase:
+        key = hashlib.sha256(str(workspace_root).encode()).hexdigest()[:16]
+        return OutputBase(cache_home() / "workspaces" / key)
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "lock"
+
+    @property
+    def graph_cache(self) -> Path:
+        return self.root / "graph-cache.pickle"
+
+    @property
+    def analysis_cache(self) -> Path:
+        return self.root / "analysis-cache.pickle"
+
+    @property
+    def action_state(self) -> Path:
+        return self.root / "action-state.pickle"
+
+    @property
+    def explain_log(self) -> Path:
+        return self.root / "explain.pickle"
+
+    @property
+    def execroot(self) -> Path:
+        return self.root / "execroot"
+
+    def digest_log(self, function: str) -> Path:
+        return self.root / f"digests-{function}.log"
+
+    def build_state(self) -> tuple[Path, ...]:
+        """What `kiln clean` removes with kiln-out/: the record of what kiln-out/ held.
+
+        The graph, analysis and digest caches stay: they describe the sources.
+        """
+        return (self.explain_log, self.action_state, self.execroot)
+
+    def create(self) -> None:
+        """Make the directory; a KilnError naming it if something else is in the way."""
+        _make_directory(self.root, "the output base", "--output_base=DIR")
+
+
+@dataclass(frozen=True)
+class DiskCache:
+    """The content-addressed cache: blobs and action results, shared by workspaces."""
+
+    root: Path
+
+    @staticmethod
+    def at(root: Path, digest_function: str = DEFAULT_DIGEST_FUNCTION) -> DiskCache:
+        """The cache under `root` for a digest function: blobs and keys of another
+        function live in a cache of their own, so names never mix."""
+        if digest_function == DEFAULT_DIGEST_FUNCTION:
+            return DiskCache(root)
+        return DiskCache(root / digest_function)
+
+    @property
+    def cas(self) -> Path:
+        return self.root / "cas"
+
+    @property
+    def ac(self) -> Path:
+        return self.root / "ac"
+
+    @property
+    def gc_lock(self) -> Path:
+        return self.root / "gc.lock"
+
+    def expunged(self, digest_functions: Iterable[str]) -> tuple[Path, ...]:
+        """What `kiln clean --expunge` removes: the store, and the other functions' caches."""
+        others = (self.root / f for f in digest_functions if f != DEFAULT_DIGEST_FUNCTION)
+        return (self.cas, self.ac, self.gc_lock, *others)
+
+    def create(self) -> None:
+        """Make the directory; a KilnError naming it if something else is in the way."""
+        _make_directory(self.root, "the disk cache", "--disk_cache=DIR")
+
+
+def _make_directory(path: Path, what: str, flag: str) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
+        raise KilnError(
+            f"{what} {path} cannot be created: {blocker} is a file, not a directory",
+            hint=f"remove {blocker}, or choose another directory with {flag}",
+        ) from None
+    except PermissionError:
+        raise KilnError(
+            f"{what} {path} cannot be created: permission denied",
+            hint=f"make its parent writable, or choose another directory with {flag}",
+        ) from None
