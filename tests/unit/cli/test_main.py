@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import click
 import pytest
+from kiln.cli.commands import COMMANDS
 
 from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace
 
@@ -77,6 +79,111 @@ def test_a_bug_in_kiln_exits_2_with_a_traceback(
     assert result.code == 2
     assert "INTERNAL ERROR: kiln crashed; this is a bug in kiln" in result.err
     assert "Traceback" in result.err and "ZeroDivisionError: boom" in result.err
+
+
+def test_ctrl_c_exits_8_with_one_line_not_a_traceback(
+    ws: FixtureWorkspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt  # click turns it into Abort inside a command
+
+    monkeypatch.setattr("kiln.query.engine.QueryEngine.evaluate", interrupted)
+    result = ws.kiln("query", "//...")
+    assert result.code == 8
+    assert result.err.endswith("kiln: interrupted\n")
+    assert "INTERNAL ERROR" not in result.err and "Traceback" not in result.err
+
+
+# -- the command table: help, close matches, rc inheritance ---------------------
+
+
+def test_help_lists_the_commands_of_the_table(ws: FixtureWorkspace) -> None:
+    lines = ws.kiln("help").out.splitlines()
+    listed = [line.split(None, 1) for line in lines if line.startswith("  ")]
+    assert listed == [[command.name, command.help] for command in COMMANDS]  # and no `test`
+
+
+@pytest.mark.parametrize("args", [["help", "clean"], ["clean", "--help"]])
+def test_help_of_a_command_prints_its_options_outside_a_workspace(
+    tmp_path: Path, ws: FixtureWorkspace, args: list[str]
+) -> None:
+    with ws.monkeypatch.context() as patch:
+        patch.setattr(ws, "root", tmp_path)
+        result = ws.kiln(*args)
+    assert result.code == 0, result.err
+    assert result.out.startswith("Usage: kiln clean [OPTIONS]\n")
+    assert "--expunge" in result.out and "--nolock_wait" in result.out
+
+
+def test_help_of_a_rule_prints_its_doc_and_attributes(ws: FixtureWorkspace) -> None:
+    result = ws.kiln("help", "genrule")
+    assert result.code == 0, result.err
+    assert result.out.startswith("genrule: ")
+    assert "  outs (list[str], required)\n" in result.out
+    assert "  srcs (list[str], default [])\n" in result.out
+
+
+def test_every_option_of_every_command_has_help_text() -> None:
+    for command in COMMANDS:
+        for param in command.load().params:
+            if isinstance(param, click.Option):
+                assert param.help, f"kiln {command.name} {'/'.join(param.opts)} has no help"
+
+
+@pytest.mark.parametrize(
+    ("args", "err"),
+    [
+        (
+            ["biuld", "//..."],
+            "ERROR: unknown command 'biuld'\n"
+            "  hint: did you mean 'build'? commands: build, query, clean, info; see 'kiln help'\n",
+        ),
+        (
+            ["test", "//..."],
+            "ERROR: unknown command 'test'\n"
+            "  hint: commands: build, query, clean, info; see 'kiln help'\n",
+        ),
+        (
+            ["build", "--jbos=2", "//..."],
+            "ERROR: unknown option '--jbos' for 'kiln build'\n"
+            "  hint: did you mean '--jobs'? see 'kiln build --help'\n",
+        ),
+        (
+            ["help", "genrul"],
+            "ERROR: no command or rule named 'genrul'\n"
+            "  hint: did you mean 'genrule'? see 'kiln help' for the commands\n",
+        ),
+    ],
+)
+def test_a_mistyped_name_gets_the_close_match(
+    ws: FixtureWorkspace, args: list[str], err: str
+) -> None:
+    result = ws.kiln(*args)
+    assert (result.code, result.err) == (1, err)
+
+
+def test_build_rc_options_reach_clean_and_info_which_drop_what_they_do_not_take(
+    ws: FixtureWorkspace, tmp_path: Path
+) -> None:
+    cache = tmp_path / "shared-cache"
+    ws.write({".kilnrc": f"build --jobs=2 --keep_going\nbuild --disk_cache {cache}\n"})
+    (cache / "cas").mkdir(parents=True)
+    info = ws.kiln("info", "release")
+    assert (info.code, info.out) == (0, "kiln 0.1.0\n"), info.err
+    clean = ws.kiln("clean", "--expunge")
+    assert clean.code == 0, clean.err
+    assert not (cache / "cas").exists()  # --disk_cache, inherited from build, was taken
+
+
+def test_an_unknown_option_on_the_commands_own_rc_line_is_still_an_error(
+    ws: FixtureWorkspace,
+) -> None:
+    ws.write({".kilnrc": "build --jobs=2\nclean --jobs=2\n"})
+    result = ws.kiln("clean")
+    assert result.code == 1
+    assert result.err.startswith(
+        f"ERROR: unknown option '--jobs' for 'kiln clean' (from {ws.root / '.kilnrc'}:2)\n"
+    )
 
 
 # -- the working directory sets the current package ----------------------------

@@ -60,7 +60,12 @@ def test_read_shell_quoting(tmp_path: Path) -> None:
     [
         (
             "biuld --jobs=4\n",
-            "unknown command 'biuld' (known: common, build, test, clean, info, query)",
+            "unknown command 'biuld' (known: common, build, query, clean, info)\n"
+            "  hint: did you mean 'build'?",
+        ),
+        (
+            "frobnicate --jobs=4\n",
+            "unknown command 'frobnicate' (known: common, build, query, clean, info)",
         ),
         ("build: --jobs=4\n", "empty config name in 'build:'"),
         ("build 'unclosed\n", "cannot parse this line: No closing quotation"),
@@ -125,9 +130,10 @@ def test_rc_options_come_before_the_command_line(tmp_path: Path) -> None:
 
 
 def test_options_apply_to_their_command_and_those_inheriting_from_it(tmp_path: Path) -> None:
-    lines = _lines(tmp_path, "build --jobs=4\ntest --test_output=errors\nquery --output=json\n")
+    lines = _lines(tmp_path, "build --jobs=4\nclean --expunge\nquery --output=json\n")
     assert _expand("build", [], lines) == ["--jobs=4"]
-    assert _expand("test", [], lines) == ["--jobs=4", "--test_output=errors"]
+    assert _expand("clean", [], lines) == ["--jobs=4", "--expunge"]
+    assert _expand("info", [], lines) == ["--jobs=4"]
     assert _expand("query", [], lines) == ["--output=json"]  # query does not inherit build
 
 
@@ -151,7 +157,7 @@ def test_config_may_use_another_config(tmp_path: Path) -> None:
 
 def test_config_of_an_inherited_command_applies(tmp_path: Path) -> None:
     lines = _lines(tmp_path, "build:ci --keep_going\n")
-    assert _expand("test", ["--config=ci"], lines) == ["--keep_going"]
+    assert _expand("clean", ["--config=ci"], lines) == ["--keep_going"]
 
 
 def test_undefined_config_is_an_error_with_a_hint(tmp_path: Path) -> None:
@@ -173,13 +179,19 @@ def test_config_expanding_to_itself_is_an_error_at_the_rc_line(tmp_path: Path) -
     )
 
 
-def test_args_remember_their_rc_line_and_common_origin(tmp_path: Path) -> None:
+def test_args_remember_their_rc_line_and_whether_inherited(tmp_path: Path) -> None:
     lines = _lines(tmp_path, "common --color=no\nquery --output=json\n")
     args = rcfile.expand("query", ["//..."], lines)
-    assert [(a.text, a.origin, a.common) for a in args] == [
+    assert [(a.text, a.origin, a.inherited) for a in args] == [
         ("--color=no", Location(str(tmp_path / ".kilnrc"), 1), True),
         ("--output=json", Location(str(tmp_path / ".kilnrc"), 2), False),
         ("//...", None, False),
+    ]
+    # A line of the command a command inherits from is inherited as a common one is.
+    lines = _lines(tmp_path, "build --jobs=2\nclean --expunge\n")
+    assert [(a.text, a.inherited) for a in rcfile.expand("clean", [], lines)] == [
+        ("--jobs=2", True),
+        ("--expunge", False),
     ]
 
 

@@ -1,17 +1,17 @@
 """The kiln command line: `kiln [startup options] <command> [options] [targets]`.
 
-main() finds the workspace, reads the rc files, expands `--config`, and
-hands the arguments to the command's click implementation. Every command
-module is imported only when it runs, so `kiln query` never loads the
-executor, and nothing here imports torch.
+main() finds the command in the table (commands.py), the workspace, reads
+the rc files, expands `--config`, and hands the arguments to the command's
+click implementation. Every command module is imported only when it runs,
+so `kiln query` never loads the executor, and nothing here imports torch.
 
-Exit codes: 0 success, 1 a user error or a failed build, 2 a bug in kiln
-(with a traceback), 8 interrupted, as Bazel's.
+Exit codes: 0 success, 1 a user error, a failed build or a file system in
+the way (os_errors.py), 2 a bug in kiln (with a traceback), 8 interrupted
+(Ctrl-C), as Bazel's.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import traceback
@@ -21,31 +21,15 @@ from pathlib import Path
 import click
 
 from kiln.cli import rcfile
+from kiln.cli.commands import BY_NAME, did_you_mean
+from kiln.cli.help import command_help, help_text
+from kiln.cli.os_errors import environment_error
 from kiln.cli.session import Session, StartupOptions
 from kiln.errors import KilnError
 
-# command -> module under kiln.cli that defines `command` (a click.Command)
-COMMANDS: dict[str, str] = {
-    "build": "build",
-    "query": "query",
-    "clean": "clean",
-    "info": "info",
-}
 EXIT_USER_ERROR = 1
 EXIT_BUG = 2
 EXIT_INTERRUPTED = 8
-
-USAGE = """Usage: kiln [startup options] <command> [options] [targets]
-
-Commands:
-  build    Build the given targets (kiln build //models:resnet_pt2)
-  query    Query the target graph (kiln query 'deps(//models:resnet_pt2)')
-  clean    Remove kiln-out/ (--expunge: the caches too)
-  info     Print workspace paths and the detected toolchains
-
-Startup options: --noworkspace_rc --nohome_rc --output_base=DIR
-Run 'kiln <command> --help' for the options of a command.
-"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,13 +43,24 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as error:
         click.echo(f"ERROR: {error.format_message()}", err=True)
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        # click turns a Ctrl-C inside a command into Abort: the same interrupt.
         click.echo("\nkiln: interrupted", err=True)
         return EXIT_INTERRUPTED
+    except OSError as error:
+        environment = environment_error(error)
+        if environment is None:
+            return _bug()
+        click.echo(f"ERROR: {environment.format(verbose=reporting.verbose)}", err=True)
+        return EXIT_USER_ERROR
     except Exception:
-        click.echo("INTERNAL ERROR: kiln crashed; this is a bug in kiln:", err=True)
-        traceback.print_exc()
-        return EXIT_BUG
+        return _bug()
+
+
+def _bug() -> int:
+    click.echo("INTERNAL ERROR: kiln crashed; this is a bug in kiln:", err=True)
+    traceback.print_exc()
+    return EXIT_BUG
 
 
 @dataclass
@@ -78,8 +73,13 @@ class _Reporting:
 
 def _run(args: list[str], reporting: _Reporting) -> int:
     startup, args = StartupOptions.parse(args)
-    if not args or args[0] in ("help", "-h", "--help"):
-        click.echo(USAGE)
+    if not args or args[0] in ("-h", "--help"):
+        click.echo(help_text(None), nl=False)
+        return 0
+    if args[0] == "help":
+        if len(args) > 2:
+            raise KilnError("'kiln help' takes at most one name", hint="kiln help build")
+        click.echo(help_text(args[1] if len(args) == 2 else None), nl=False)
         return 0
     if args[0] in ("version", "--version"):
         from kiln import __version__
@@ -87,19 +87,23 @@ def _run(args: list[str], reporting: _Reporting) -> int:
         click.echo(f"kiln {__version__}")
         return 0
     name, rest = args[0], args[1:]
-    if name not in COMMANDS:
+    info = BY_NAME.get(name)
+    if info is None:
         raise KilnError(
             f"unknown command '{name}'",
-            hint=f"commands: {', '.join(COMMANDS)}; see 'kiln help'",
+            hint=did_you_mean(name, BY_NAME, f"commands: {', '.join(BY_NAME)}; see 'kiln help'"),
         )
-    command: click.Command = importlib.import_module(f"kiln.cli.{COMMANDS[name]}").command
-    session = Session.create(Path(os.getcwd()), startup)
+    if "--help" in rest:  # needs no workspace
+        click.echo(command_help(info), nl=False)
+        return 0
+    command = info.load()
+    session = Session.create(_cwd(), startup)
     files = rcfile.rc_files(
         session.workspace.root, workspace_rc=startup.workspace_rc, home_rc=startup.home_rc
     )
     lines = [line for path in files for line in rcfile.read(path, session.workspace.root)]
     expanded = rcfile.expand(name, rest, lines)
-    words = _drop_unknown_common(command, expanded)
+    words = _drop_unknown_inherited(command, expanded)
     reporting.verbose = any(a.text == "--verbose_failures" for a in words)
     try:
         result = command.main(
@@ -110,31 +114,48 @@ def _run(args: list[str], reporting: _Reporting) -> int:
         where = f" (from {origin})" if origin else ""
         raise KilnError(
             f"unknown option '{error.option_name}' for 'kiln {name}'{where}",
-            hint=f"see 'kiln {name} --help'",
+            hint=did_you_mean(error.option_name, _options_of(command), f"see 'kiln {name} --help'"),
         ) from None
     except click.ClickException as error:
         raise KilnError(f"kiln {name}: {error.format_message()}") from None
     return int(result or 0)
 
 
-def _drop_unknown_common(command: click.Command, args: list[rcfile.Arg]) -> list[rcfile.Arg]:
-    """`common` options the command does not know, dropped with their values.
+def _cwd() -> Path:
+    try:
+        return Path(os.getcwd())
+    except FileNotFoundError:
+        where = os.environ.get("PWD")
+        raise KilnError(
+            "the current directory" + (f" {where}" if where else "") + " no longer exists",
+            hint="cd into the workspace again (a directory made anew under the same name "
+            "is another directory)",
+        ) from None
 
-    On a `common` line, a word that is no option and follows an option written
+
+def _options_of(command: click.Command) -> set[str]:
+    return {opt for param in command.params for opt in [*param.opts, *param.secondary_opts]}
+
+
+def _drop_unknown_inherited(command: click.Command, args: list[rcfile.Arg]) -> list[rcfile.Arg]:
+    """Inherited and `common` rc options the command does not know, dropped with
+    their values, as Bazel drops them: `build --jobs=2` never breaks `kiln clean`.
+
+    On such a line, a word that is no option and follows an option written
     without `=` is that option's value: `common --output json` is one option.
     """
-    known = {opt for param in command.params for opt in [*param.opts, *param.secondary_opts]}
+    known = _options_of(command)
     kept: list[rcfile.Arg] = []
     keep = True
     for i, arg in enumerate(args):
-        if not arg.common:
+        if not arg.inherited:
             kept.append(arg)
             continue
         previous = args[i - 1] if i else None
         is_value = (
             not arg.text.startswith("-")
             and previous is not None
-            and previous.common
+            and previous.inherited
             and previous.origin == arg.origin
             and previous.text.startswith("-")
             and "=" not in previous.text

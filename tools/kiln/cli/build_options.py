@@ -155,6 +155,7 @@ def build_options(function: Callable[..., Any]) -> Callable[..., Any]:
             type=click.Choice(["sha256", "blake3"]),
             default="sha256",
             show_default=True,
+            help="Hash of blobs and keys; each function keeps a disk cache of its own",
         ),
         click.option(
             "--explain/--noexplain",

@@ -3,9 +3,11 @@
 Each line is `command[:config] args...`; `#` starts a comment; `import PATH`
 and `try-import PATH` pull in other files (`%workspace%` names the root).
 Options of `command` apply to that command and to the commands inheriting
-from it (`test` from `build`, ...); `common` lines apply to every command,
-which silently ignores those it does not know. Lines with a `:config` apply
-only when `--config=config` is given, at the place it is given.
+from it (`clean` and `info` from `build`: the table in commands.py);
+`common` lines apply to every command. A command silently ignores the
+inherited and `common` options it does not know; an unknown option on its
+own lines is an error. Lines with a `:config` apply only when
+`--config=config` is given, at the place it is given.
 
 Files read, in order (later ones win): `<workspace>/.kilnrc`, `~/.kilnrc`.
 """
@@ -18,16 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kiln.cli.commands import BY_NAME, did_you_mean
 from kiln.errors import KilnError, Location
-
-# command -> the commands whose rc options it also takes, most general first
-INHERITS: dict[str, tuple[str, ...]] = {
-    "build": (),
-    "test": ("build",),
-    "clean": ("build",),
-    "info": ("build",),
-    "query": (),
-}
 
 
 class RcError(KilnError):
@@ -48,7 +42,9 @@ class Arg:
 
     text: str
     origin: Location | None = None
-    common: bool = False  # from a `common` line: dropped if the command does not know it
+    # From a `common` line or an inherited command's line: dropped if the command
+    # does not know it.
+    inherited: bool = False
 
 
 def read(path: Path, workspace: Path | None, *, _seen: tuple[Path, ...] = ()) -> list[RcLine]:
@@ -81,9 +77,13 @@ def read(path: Path, workspace: Path | None, *, _seen: tuple[Path, ...] = ()) ->
             lines += read(target, workspace, _seen=(*_seen, path))
             continue
         command, _, config = head.partition(":")
-        if command not in INHERITS and command != "common":
-            known = ", ".join(["common", *INHERITS])
-            raise RcError(f"unknown command '{command}' (known: {known})", location=location)
+        if command not in BY_NAME and command != "common":
+            known = ["common", *BY_NAME]
+            raise RcError(
+                f"unknown command '{command}' (known: {', '.join(known)})",
+                location=location,
+                hint=did_you_mean(command, known) or None,
+            )
         if config == "" and ":" in head:
             raise RcError(f"empty config name in '{head}'", location=location)
         lines.append(RcLine(command, config or None, rest, location))
@@ -128,7 +128,8 @@ def expand(command: str, cli_args: list[str], lines: list[RcLine]) -> list[Arg]:
     Every `--config=NAME` (from the command line or an rc line) is replaced,
     where it stands, by the options of the `cmd:NAME` lines.
     """
-    applicable = ("common", *INHERITS.get(command, ()), command)
+    info = BY_NAME.get(command)
+    applicable = ("common", *(info.inherits if info else ()), command)
 
     def lines_for(config: str | None) -> list[RcLine]:
         return [ln for ln in lines if ln.command in applicable and ln.config == config]
@@ -166,11 +167,11 @@ def expand(command: str, cli_args: list[str], lines: list[RcLine]) -> list[Arg]:
                 location=origin,
                 hint=f"add a line such as '{command}:{name} --keep_going' to .kilnrc",
             )
-        return expand_words(_args(selected), (*stack, name))
+        return expand_words(_args(selected, command), (*stack, name))
 
-    base = expand_words(_args(lines_for(None)), ())
+    base = expand_words(_args(lines_for(None), command), ())
     return base + expand_words((Arg(a) for a in cli_args), ())
 
 
-def _args(lines: list[RcLine]) -> list[Arg]:
-    return [Arg(a, ln.location, ln.command == "common") for ln in lines for a in ln.args]
+def _args(lines: list[RcLine], command: str) -> list[Arg]:
+    return [Arg(a, ln.location, ln.command != command) for ln in lines for a in ln.args]

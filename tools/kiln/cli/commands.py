@@ -1,0 +1,47 @@
+"""The one table of kiln's commands: main(), the rc-file reader and `kiln help` read it.
+
+Each command lives in its own module under kiln.cli, defining `command` (a
+click.Command), imported only when that command runs. `inherits` names the
+commands whose rc-file options it also takes, most general first, as in
+Bazel (`clean` and `info` take `build` lines); an inherited option the
+command does not know is dropped for it, as a `common` one is.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import click
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    module: str  # under kiln.cli
+    help: str  # one line, for `kiln help`
+    inherits: tuple[str, ...] = ()
+
+    def load(self) -> click.Command:
+        command: click.Command = importlib.import_module(f"kiln.cli.{self.module}").command
+        return command
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("build", "build", "Build the given targets (kiln build //models:resnet_pt2)"),
+    Command("query", "query", "Query the target graph (kiln query 'deps(//models:resnet_pt2)')"),
+    Command("clean", "clean", "Remove kiln-out/ (--expunge: the caches too)", ("build",)),
+    Command("info", "info", "Print workspace paths and the detected toolchains", ("build",)),
+)
+BY_NAME: dict[str, Command] = {c.name: c for c in COMMANDS}
+
+
+def did_you_mean(word: str, choices: Iterable[str], then: str = "") -> str:
+    """A hint for a mistyped name: "did you mean 'build'? " (when one of `choices` is
+    close) followed by `then`."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return " ".join(filter(None, [f"did you mean '{close[0]}'?" if close else "", then]))
