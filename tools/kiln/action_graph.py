@@ -6,10 +6,15 @@ result. Rules declare them (through kiln.rule_api), the analysis cache
 pickles them, the executor runs them; its key is computed in
 kiln.exec.action_key. Descriptions and progress messages are not part of
 the key, so rewording one never rebuilds anything.
+
+ActionGraph is the frozen graph the scheduler runs: actions by index, and
+for each the indices of the actions it depends on and of those depending on
+it, computed once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 GENERATED_ROOT = "kiln-out"
@@ -103,3 +108,43 @@ def needed_actions(actions_for: list[Action], producer: dict[str, Action]) -> li
             if dep is not None and id(dep) not in seen:
                 stack.append((dep, False))
     return order
+
+
+@dataclass(frozen=True)
+class ActionGraph:
+    """Actions and their dependencies by index; an action's producers come before it.
+
+    Make one with ActionGraph.of(actions): `dependencies[i]` are the actions
+    producing inputs of `actions[i]`, `dependents[i]` those reading its
+    outputs, `producer` maps each output path to the index of its action.
+    """
+
+    actions: tuple[Action, ...]
+    dependencies: tuple[tuple[int, ...], ...]
+    dependents: tuple[tuple[int, ...], ...]
+    producer: Mapping[str, int]
+
+    @staticmethod
+    def of(actions: Iterable[Action]) -> ActionGraph:
+        """The graph of `actions`, which must hold the producer of every generated
+        input they read (as needed_actions gives them); a ValueError otherwise."""
+        ordered = tuple(actions)
+        producer: dict[str, int] = {}
+        for index, action in enumerate(ordered):
+            for file in action.outputs:
+                if producer.setdefault(file.path, index) != index:
+                    other = ordered[producer[file.path]]
+                    raise ValueError(
+                        f"{file.path} is an output of {other.owner} and {action.owner}"
+                    )
+        dependencies: list[tuple[int, ...]] = []
+        dependents: list[list[int]] = [[] for _ in ordered]
+        for index, action in enumerate(ordered):
+            deps = sorted({producer[f.path] for f in action.inputs if f.path in producer})
+            dependencies.append(tuple(deps))
+            for dep in deps:
+                dependents[dep].append(index)
+        return ActionGraph(ordered, tuple(dependencies), tuple(map(tuple, dependents)), producer)
+
+    def __len__(self) -> int:
+        return len(self.actions)

@@ -7,7 +7,7 @@ import time
 
 from kiln.action_graph import Action, File
 from kiln.cli.status import StatusPrinter
-from kiln.exec.executor import ActionOutcome
+from kiln.exec.outcome import ActionOutcome, Failure, Source
 
 
 def _action(name: str) -> Action:
@@ -26,7 +26,7 @@ def test_live_line_on_a_terminal_names_running_actions_and_their_time() -> None:
     first, second = _action("a"), _action("b")
     printer.action_started(first, "local-1")
     printer.action_started(second, "local-2")
-    printer.action_finished(ActionOutcome(first, "executed", seconds=0.1, strategy="local"))
+    printer.action_finished(ActionOutcome(first, Source.RAN_LOCALLY, seconds=0.1))
     line = printer._render()
     printer.close()
     assert line.startswith("[1 / 3] running: Genrule //app:b ")
@@ -39,9 +39,11 @@ def test_plain_lines_when_not_a_terminal() -> None:
     action = _action("a")
     printer.action_started(action, "local-1")
     time.sleep(0.01)
-    printer.action_finished(ActionOutcome(action, "executed", seconds=0.25, strategy="local"))
+    printer.action_finished(ActionOutcome(action, Source.RAN_LOCALLY, seconds=0.25))
     printer.action_finished(
-        ActionOutcome(_action("b"), "failed", message="exited with code 2", output_text="boom\n")
+        ActionOutcome(
+            _action("b"), Source.RAN_LOCALLY, Failure("exited with code 2", output="boom\n")
+        )
     )
     printer.close()
     assert stream.getvalue().splitlines() == [

@@ -81,4 +81,5 @@ def test_missing_output_directory_fails(tmp_path: Path) -> None:
     )
     outcome = _executor(tmp_path, "local").execute(action, "l")
     assert outcome.status == "failed"
-    assert "kiln-out/app/parts" in outcome.message
+    assert outcome.failure is not None
+    assert "kiln-out/app/parts" in outcome.failure.message

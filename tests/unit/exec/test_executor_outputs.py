@@ -38,9 +38,9 @@ def test_an_output_is_linked_into_the_cas_not_copied(workspace: Path, tmp_path: 
         outcome = executor.execute(_genrule("out", "echo made > $PWD/kiln-out/app/out.txt"), "l")
     finally:
         executor.shutdown()
-    assert outcome.status == "executed", outcome.message + outcome.output_text
+    assert outcome.status == "executed", outcome.failure
     delivered = os.stat(workspace / "kiln-out/app/out.txt")
-    blob = os.stat(executor.cas.path(executor.output_digests["kiln-out/app/out.txt"]))
+    blob = os.stat(executor.cas.path(executor.outputs.digest("kiln-out/app/out.txt")))
     assert os.path.samestat(delivered, blob)
     # The action's own file, the blob and kiln-out/: one inode, three names, until
     # the execroot went.
@@ -60,9 +60,9 @@ def test_an_output_with_another_name_is_copied_and_that_name_keeps_its_mode(
         )
     finally:
         executor.shutdown()
-    assert outcome.status == "executed", outcome.message + outcome.output_text
+    assert outcome.status == "executed", outcome.failure
     assert stat.S_IMODE(keep.stat().st_mode) == 0o644
-    blob = executor.cas.path(executor.output_digests["kiln-out/app/out.txt"])
+    blob = executor.cas.path(executor.outputs.digest("kiln-out/app/out.txt"))
     assert not os.path.samestat(keep.stat(), blob.stat())
     assert blob.read_text() == "made\n"
 
@@ -79,7 +79,7 @@ def test_a_symlink_output_is_stored_by_content_and_its_target_keeps_its_mode(
         )
     finally:
         executor.shutdown()
-    assert outcome.status == "executed", outcome.message + outcome.output_text
+    assert outcome.status == "executed", outcome.failure
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
     delivered = workspace / "kiln-out/app/link.txt"
     assert not delivered.is_symlink()

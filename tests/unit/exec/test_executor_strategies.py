@@ -14,6 +14,7 @@ from kiln.cache.digest_cache import FileDigestCache
 from kiln.exec.action_state import ActionState
 from kiln.exec.executor import ExecOptions, Executor
 from kiln.exec.explain import ExplainLog
+from kiln.exec.outcome import Source
 from kiln.layout import OutputBase
 
 ACTION = """
@@ -80,16 +81,24 @@ def test_worker_and_local_strategies_give_identical_outputs(
             outcome = executor.execute(_action(), "lane")
         finally:
             executor.shutdown()
-        assert outcome.status == "executed", outcome.message + outcome.output_text
-        assert outcome.strategy == strategy
+        assert outcome.status == "executed", outcome.failure
+        assert (
+            outcome.source
+            == {"local": Source.RAN_LOCALLY, "worker": Source.RAN_IN_WORKER}[strategy]
+        )
+        stored = executor.action_cache.get(outcome.key)
+        assert stored is not None
+        assert stored.execution_seconds > 0  # measured in a worker too
         results[strategy] = (
             outcome.key,
             (workspace / "kiln-out/app/result.txt").read_bytes(),
-            outcome.output_text,
+            outcome.printed,
+            stored.stdout_digest,
+            stored.stderr_digest,
         )
         (workspace / "kiln-out/app/result.txt").unlink()
     assert results["local"] == results["worker"]
-    assert results["worker"][1] == b"PAYLOADhi a b"
+    assert results["worker"][1:3] == (b"PAYLOADhi a b", "done\n")
 
 
 @pytest.mark.parametrize("how", ["crash-signal", "crash-exit"])
@@ -99,12 +108,14 @@ def test_a_crashing_worker_fails_only_its_action(workspace: Path, tmp_path: Path
         (workspace / "tools/data.txt").write_text(how)
         crashed = executor.execute(_action(), "lane")
         assert crashed.status == "failed"
-        assert ("signal" in crashed.message) or ("9" in crashed.message)
+        assert crashed.failure is not None
+        assert ("signal" in crashed.failure.message) or ("9" in crashed.failure.message)
+        assert crashed.source is Source.RAN_IN_WORKER
         assert not (workspace / "kiln-out/app/result.txt").exists()
         # The next action gets a fresh worker and succeeds.
         (workspace / "tools/data.txt").write_text("fine")
         outcome = executor.execute(_action(), "lane")
-        assert outcome.status == "executed", outcome.message
+        assert outcome.status == "executed", outcome.failure
         assert (workspace / "kiln-out/app/result.txt").read_text() == "FINEhi a b"
     finally:
         executor.shutdown()

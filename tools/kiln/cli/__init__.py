@@ -22,8 +22,6 @@ import click
 
 from kiln.cli import rcfile
 from kiln.cli.commands import BY_NAME, did_you_mean
-from kiln.cli.help import command_help, help_text
-from kiln.cli.os_errors import environment_error
 from kiln.cli.session import Session, StartupOptions
 from kiln.errors import KilnError
 
@@ -48,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("\nkiln: interrupted", err=True)
         return EXIT_INTERRUPTED
     except OSError as error:
+        from kiln.cli.os_errors import environment_error
+
         environment = environment_error(error)
         if environment is None:
             return _bug()
@@ -73,13 +73,12 @@ class _Reporting:
 
 def _run(args: list[str], reporting: _Reporting) -> int:
     startup, args = StartupOptions.parse(args)
-    if not args or args[0] in ("-h", "--help"):
-        click.echo(help_text(None), nl=False)
-        return 0
-    if args[0] == "help":
+    if not args or args[0] in ("help", "-h", "--help"):
+        from kiln.cli.help import help_text
+
         if len(args) > 2:
             raise KilnError("'kiln help' takes at most one name", hint="kiln help build")
-        click.echo(help_text(args[1] if len(args) == 2 else None), nl=False)
+        click.echo(help_text(args[1] if len(args) == 2 and args[0] == "help" else None), nl=False)
         return 0
     if args[0] in ("version", "--version"):
         from kiln import __version__
@@ -94,6 +93,8 @@ def _run(args: list[str], reporting: _Reporting) -> int:
             hint=did_you_mean(name, BY_NAME, f"commands: {', '.join(BY_NAME)}; see 'kiln help'"),
         )
     if "--help" in rest:  # needs no workspace
+        from kiln.cli.help import command_help
+
         click.echo(command_help(info), nl=False)
         return 0
     command = info.load()

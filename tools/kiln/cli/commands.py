@@ -9,7 +9,6 @@ command does not know is dropped for it, as a `common` one is.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -43,5 +42,7 @@ BY_NAME: dict[str, Command] = {c.name: c for c in COMMANDS}
 def did_you_mean(word: str, choices: Iterable[str], then: str = "") -> str:
     """A hint for a mistyped name: "did you mean 'build'? " (when one of `choices` is
     close) followed by `then`."""
+    import difflib  # only on an error
+
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return " ".join(filter(None, [f"did you mean '{close[0]}'?" if close else "", then]))

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from kiln.action_graph import Action
-from kiln.exec.executor import ActionOutcome
+from kiln.exec.outcome import ActionOutcome
 from kiln.exec.scheduler import Reporter
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ class StatusPrinter(Reporter):
         self.stream = stream or sys.stderr
         self.explain = explain
         self.done = 0
-        self.running: dict[int, tuple[Action, float]] = {}
+        self.running: dict[str, tuple[Action, float]] = {}  # by first output
         self._lock = threading.Lock()
         self._live: Live | None = None
         if live is None:
@@ -76,19 +76,20 @@ class StatusPrinter(Reporter):
 
     def action_started(self, action: Action, lane: str) -> None:
         with self._lock:
-            self.running[id(action)] = (action, time.monotonic())
+            self.running[action.primary_output.path] = (action, time.monotonic())
 
     def action_finished(self, outcome: ActionOutcome) -> None:
         action = outcome.action
         with self._lock:
-            self.running.pop(id(action), None)
+            self.running.pop(action.primary_output.path, None)
             self.done += 1
             done = self.done
-        if outcome.status == "failed":
+        failure = outcome.failure
+        if failure is not None:
             where = self.locate(action.owner)
             self.print(
-                f"ERROR: {where}: {action.describe()} failed: {outcome.message}"
-                + (f"\n{outcome.output_text.rstrip()}" if outcome.output_text.strip() else "")
+                f"ERROR: {where}: {action.describe()} failed: {failure.message}"
+                + (f"\n{failure.output.rstrip()}" if failure.output.strip() else "")
             )
             return
         if self.explain and outcome.status == "executed" and outcome.explanation:
@@ -98,11 +99,11 @@ class StatusPrinter(Reporter):
         if outcome.status == "executed" and self._live is None:
             self.print(
                 f"[{done} / {self.total}] {action.mnemonic} {action.owner} "
-                f"({outcome.strategy}, {outcome.seconds:.2f}s)"
+                f"({outcome.source_name}, {outcome.seconds:.2f}s)"
             )
-        if outcome.status == "executed" and outcome.stdout.strip():
+        if outcome.status == "executed" and outcome.printed.strip():
             # Like Bazel, what an action printed (AotiValidate: the largest error).
-            self.print(f"INFO: From {action.describe()}:\n{outcome.stdout.rstrip()}")
+            self.print(f"INFO: From {action.describe()}:\n{outcome.printed.rstrip()}")
 
     def close(self) -> None:
         if self._live is not None:

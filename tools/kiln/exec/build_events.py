@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kiln.action_graph import Action
-from kiln.exec.executor import ActionOutcome
+from kiln.exec.outcome import ActionOutcome
 from kiln.exec.scheduler import Reporter
 
 
@@ -42,14 +42,14 @@ class BuildEventWriter(Reporter):
             mnemonic=outcome.action.mnemonic,
             status=outcome.status,
             cache_hit=outcome.status == "cached",
-            cache=outcome.strategy if outcome.status == "cached" else None,
+            cache=outcome.source_name if outcome.status == "cached" else None,
             remote_cache=outcome.remote or None,  # hit, miss; null: not asked
-            strategy=outcome.strategy,
+            strategy=outcome.source_name,
             key=outcome.key,
             seconds=round(outcome.seconds, 6),
             lane=outcome.lane,
             outputs=[f.path for f in outcome.action.outputs],
-            failure=outcome.message or None,
+            failure=outcome.failure.message if outcome.failure else None,
         )
 
     def close(self) -> None:

@@ -27,6 +27,7 @@ import os
 import queue
 import shutil
 import threading
+from collections.abc import Set
 from pathlib import Path
 
 from kiln.action_graph import GENERATED_ROOT, Action
@@ -58,7 +59,7 @@ class Execroots:
         action: Action,
         key: str,
         inputs: dict[str, Digest],
-        executable: frozenset[str] | set[str] = frozenset(),
+        executable: Set[str] = frozenset(),
     ) -> Path:
         """An execroot holding `inputs` (every concrete input file, by path); the
         generated ones named in `executable` come from the CAS's executable copies."""

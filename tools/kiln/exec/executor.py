@@ -3,26 +3,28 @@
     digests of inputs -> key -> action cache hit?  -> materialize outputs
                                           miss     -> remote cache hit? (remote_spawn_cache.py)
                                                       -> download, verify -> materialize
-                                          miss     -> execroot -> run -> check outputs
+                                          miss     -> execroot -> spawn -> check outputs
                                                       -> CAS + action cache -> materialize
                                                       -> upload to the remote cache
 
-Outputs reach kiln-out/ as hardlinks of CAS blobs, each placed atomically,
-so no partial file is ever visible there. Nothing is cached for an action
-that failed or was interrupted.
+Commands run through a Spawner (spawn.py): a local process, or a persistent
+worker for Python actions under --strategy=worker. Outputs reach kiln-out/
+as hardlinks of CAS blobs, each placed atomically, so no partial file is
+ever visible there. Nothing is cached for an action that failed or was
+interrupted. open_executor() opens the executor's logs (action state,
+explain log, digest log) and saves them when the build ends, however it ends.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
-import stat
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from kiln.action_graph import GENERATED_ROOT, Action
 from kiln.cache.action_cache import ActionCache, ActionResult, OutputFile
@@ -32,16 +34,18 @@ from kiln.cache.digest_cache import FileDigestCache
 from kiln.errors import KilnError
 from kiln.exec.action_key import ActionKey, compute_key
 from kiln.exec.action_state import ActionState
+from kiln.exec.built_outputs import BuiltOutputs
 from kiln.exec.execroot import Execroots
 from kiln.exec.explain import ExplainLog
-from kiln.exec.local_runner import LocalRunner, RunResult
-from kiln.layout import OutputBase
+from kiln.exec.outcome import ActionOutcome, Failure, Source
+from kiln.layout import DiskCache, OutputBase
 
 if TYPE_CHECKING:
     from kiln.exec.remote_spawn_cache import RemoteSpawnCache
-    from kiln.workers.pool import WorkerPool
+    from kiln.exec.spawn import Spawner
 
-Status = Literal["cached", "executed", "failed"]
+# Modules only running an action needs are imported when one runs: a no-op build
+# never pays for them (execroot_files, spawn, local_spawner, worker_spawner).
 
 
 @dataclass(frozen=True)
@@ -56,19 +60,21 @@ class ExecOptions:
     worker_preload: tuple[str, ...] = ("torch", "torch._inductor")
 
 
-@dataclass(frozen=True)
-class ActionOutcome:
-    action: Action
-    status: Status
-    key: str = ""
-    seconds: float = 0.0
-    strategy: str = ""  # local, worker, write, or the cache that hit: disk, remote
-    lane: str = ""
-    message: str = ""  # why it failed
-    output_text: str = ""  # the action's stdout and stderr, shown on failure
-    explanation: str = ""
-    remote: str = ""  # the remote cache: hit, miss, or "" (not asked)
-    stdout: str = ""  # what a successful action printed, shown as Bazel's "INFO: From ..."
+class _ActionFailed(Exception):
+    """Ends one action with a Failure (an unreadable input, an output that cannot be placed)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class _Done(NamedTuple):
+    """How the run or write of an action ended, before the timings are added."""
+
+    source: Source | None
+    lane: str
+    failure: Failure | None = None
+    printed: str = ""
 
 
 @dataclass
@@ -81,17 +87,15 @@ class Executor:
     explain_log: ExplainLog
     options: ExecOptions
     state: ActionState
-    runner: LocalRunner = field(default_factory=LocalRunner)
     remote: RemoteSpawnCache | None = None  # --remote_cache
-    output_digests: dict[str, Digest] = field(default_factory=dict)
-    _pool: WorkerPool | None = None
-    _pool_lock: threading.Lock = field(default_factory=threading.Lock)
-    # Keys by id(action); the action is kept too, so its id is never reused meanwhile.
-    _keys: dict[int, tuple[Action, ActionKey]] = field(default_factory=dict)
-    # Generated files that are executable: their blobs are the CAS's ".x" copies.
-    executable_outputs: set[str] = field(default_factory=set)
-    # Directory outputs already built: directory path -> the file paths under it.
-    directory_files: dict[str, list[str]] = field(default_factory=dict)
+    # The spawners, made when the first action runs, unless given.
+    local: Spawner | None = None
+    worker: Spawner | None = None  # --strategy=worker: `python -m` actions
+    outputs: BuiltOutputs = field(default_factory=BuiltOutputs)
+    # Keys by the action's first output, which names one action of the graph.
+    _keys: dict[str, ActionKey] = field(default_factory=dict)
+    _interrupted: bool = False
+    _spawner_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.execroots = Execroots(self.output_base.execroot, self.workspace_root, self.cas)
@@ -101,100 +105,127 @@ class Executor:
     def up_to_date(self, action: Action) -> ActionOutcome | None:
         """The no-op path, cheap enough for the scheduler's own thread: the action's key
         is what kiln-out/ was last built with, and its files there are untouched."""
-        key = self._key(action)
+        try:
+            key = self._key(action)
+        except _ActionFailed:
+            return None  # execute() says why
         outputs = self.state.current(action.primary_output.path, key.key)
         if outputs is None:
             return None
-        for out in outputs:
-            self.output_digests[out.path] = out.digest
-            if out.is_executable:
-                self.executable_outputs.add(out.path)
-        for directory in (f.path for f in action.outputs if f.directory):
-            prefix = directory + "/"
-            self.directory_files[directory] = [o.path for o in outputs if o.path.startswith(prefix)]
-        return ActionOutcome(action, "cached", key.key, 0.0, "up-to-date")
+        self.outputs.record(action, outputs)
+        return ActionOutcome(action, Source.UP_TO_DATE, key=key.key)
 
     def execute(self, action: Action, lane: str) -> ActionOutcome:
         start = time.monotonic()
-        key = self._key(action)
-        result = self.action_cache.lookup(key.key, self.cas)
-        if result is not None:
-            try:
-                self._deliver(action, key, result)
-            except KilnError:
-                result = None  # a blob was collected between lookup and use: run it
-            else:
-                self.explain_log.record(action, key)
-                return ActionOutcome(
-                    action, "cached", key.key, time.monotonic() - start, "disk", lane
-                )
-        remote = ""
-        if self.remote is not None:
-            result, remote = self.remote.lookup(action, key.key)
-            if result is not None:
-                try:
-                    self._deliver(action, key, result)
-                except KilnError:
-                    remote = "miss"  # a blob was collected meanwhile: run it
-                else:
-                    self.explain_log.record(action, key)
-                    seconds = time.monotonic() - start
-                    return ActionOutcome(
-                        action, "cached", key.key, seconds, "remote", lane, remote="hit"
-                    )
-        digests = self._input_files(action)
+        try:
+            key = self._key(action)
+        except _ActionFailed as failed:
+            return ActionOutcome(action, None, Failure(failed.message), lane=lane)
+        try:
+            source, remote_miss = self._cached(action, key)
+        except _ActionFailed as failed:
+            return ActionOutcome(action, None, Failure(failed.message), key.key, lane=lane)
+        if source is not None:
+            seconds = time.monotonic() - start
+            return ActionOutcome(action, source, key=key.key, seconds=seconds, lane=lane)
         explanation = self.explain_log.why(action, key) if self.options.explain else ""
-        if remote == "miss" and explanation:
+        if remote_miss and explanation:
             explanation = "remote cache miss; " + explanation
-        if action.content is not None:
-            outcome = self._write(action, key, lane)
-        else:
-            outcome = self._run(action, key, digests, lane)
-        if outcome.status == "executed":
+        try:
+            if action.content is not None:
+                done = self._write(action, key, lane)
+            else:
+                done = self._run(action, key, lane)
+        except _ActionFailed as failed:
+            done = _Done(None, lane, Failure(failed.message))
+        if done.failure is None:
             self.explain_log.record(action, key)
             if self.remote is not None:
                 self.remote.upload(key.key)
         return ActionOutcome(
             action,
-            outcome.status,
+            done.source,
+            done.failure,
             key.key,
             time.monotonic() - start,
-            outcome.strategy,
-            outcome.lane,
-            outcome.message,
-            outcome.output_text,
+            done.lane,
             explanation,
-            remote,
-            outcome.stdout,
+            remote_miss,
+            done.printed,
         )
 
-    # -- pieces ---------------------------------------------------------------
+    def interrupt(self) -> None:
+        """Ctrl-C: kill what runs; nothing more is stored."""
+        self._interrupted = True
+        for spawner in (self.local, self.worker):
+            if spawner is not None:
+                spawner.cancel_all()
+
+    def shutdown(self) -> None:
+        self.execroots.close()
+        for spawner in (self.local, self.worker):
+            if spawner is not None:
+                spawner.close()
+        if self.remote is not None:
+            self.remote.close()
+
+    # -- keys and caches ------------------------------------------------------
 
     def _key(self, action: Action) -> ActionKey:
-        known = self._keys.get(id(action))
+        known = self._keys.get(action.primary_output.path)
         if known is not None:
-            return known[1]
+            return known
         key = compute_key(action, self._input_files(action), self.options.digest_function)
-        self._keys[id(action)] = (action, key)
+        self._keys[action.primary_output.path] = key
         return key
 
     def _input_files(self, action: Action) -> dict[str, Digest]:
         """The digest of every concrete input file; a directory input gives its files."""
-        files: dict[str, Digest] = {}
+        digests: dict[str, Digest] = {}
         for file in action.inputs:
             if file.directory:
-                for path in self.directory_files[file.path]:
-                    files[path] = self.output_digests[path]
+                for path in self.outputs.files_in(file.path):
+                    digests[path] = self.outputs.digest(path)
+            elif not file.is_source:
+                digests[file.path] = self.outputs.digest(file.path)
             else:
-                files[file.path] = self._digest(file.path, file.is_source)
-        return files
+                digests[file.path] = self._source_digest(file.path)
+        return digests
 
-    def _digest(self, path: str, is_source: bool) -> Digest:
-        if not is_source:
-            return self.output_digests[path]
-        return self.digest_cache.digest(str(self.workspace_root / path))
+    def _source_digest(self, path: str) -> Digest:
+        try:
+            return self.digest_cache.digest(str(self.workspace_root / path))
+        except OSError as error:
+            raise _ActionFailed(
+                f"cannot read its input {path}: {error.strerror} (make it readable, "
+                "or take it out of the target's sources)"
+            ) from None
+        except KilnError as error:  # it changed while being hashed
+            raise _ActionFailed(error.message) from None
 
-    def _write(self, action: Action, key: ActionKey, lane: str) -> ActionOutcome:
+    def _cached(self, action: Action, key: ActionKey) -> tuple[Source | None, bool]:
+        """Where a result for `key` came from, delivered; and whether the remote missed."""
+        result = self.action_cache.lookup(key.key, self.cas)
+        if result is not None and self._deliver_cached(action, key, result):
+            return Source.DISK_CACHE_HIT, False
+        if self.remote is None:
+            return None, False
+        result, remote = self.remote.lookup(action, key.key)
+        if result is not None and self._deliver_cached(action, key, result):
+            return Source.REMOTE_CACHE_HIT, False
+        return None, remote in ("miss", "hit")  # a hit whose blob went meanwhile: a miss
+
+    def _deliver_cached(self, action: Action, key: ActionKey, result: ActionResult) -> bool:
+        try:
+            self._deliver(action, key, result)
+        except KilnError:
+            return False  # a blob was collected between lookup and use: run it
+        self.explain_log.record(action, key)
+        return True
+
+    # -- running --------------------------------------------------------------
+
+    def _write(self, action: Action, key: ActionKey, lane: str) -> _Done:
         assert action.content is not None
         digest = self.cas.put_bytes(action.content)
         output = OutputFile(action.primary_output.path, digest, action.is_executable)
@@ -203,66 +234,61 @@ class Executor:
         result = ActionResult(output_files=(output,))
         self.action_cache.put(key.key, result)
         self._deliver(action, key, result)
-        return ActionOutcome(action, "executed", key.key, strategy="write", lane=lane)
+        return _Done(Source.FILE_WRITE, lane)
 
-    def _run(
-        self, action: Action, key: ActionKey, digests: dict[str, Digest], lane: str
-    ) -> ActionOutcome:
-        root = self.execroots.create(action, key.key, digests, self.executable_outputs)
+    def _run(self, action: Action, key: ActionKey, lane: str) -> _Done:
+        from kiln.exec import execroot_files as files
+        from kiln.exec.spawn import SpawnRequest
+
+        digests = self._input_files(action)
+        root = self.execroots.create(action, key.key, digests, self.outputs.executable)
         stdout, stderr = root / ".tmp" / "stdout", root / ".tmp" / "stderr"
         try:
             env = dict(action.env)
             env.setdefault("TMPDIR", str(root / ".tmp"))
-            before = _input_stats(root, digests)
-            run = self._spawn(action, env, root, stdout, stderr)
-            if _input_stats(root, digests) != before:
-                self._forget_inputs(action, digests)
-                return ActionOutcome(
-                    action,
-                    "failed",
-                    message="modified one of its inputs (inputs are read-only; write to a "
-                    "declared output instead)",
-                    lane=lane,
+            spawner = self._spawner_for(action)
+            before = files.input_stats(root, digests)
+            run = spawner.spawn(
+                SpawnRequest(
+                    action.argv,
+                    env,
+                    root,
+                    stdout,
+                    stderr,
+                    self.options.action_timeout,
+                    action.resources,
+                    action.describe(),
                 )
-            text = _read_text(stdout) + _read_text(stderr)
-            strategy = "worker" if run.lane.startswith("worker") else "local"
+            )
+            if files.input_stats(root, digests) != before:
+                self._forget_generated(digests)
+                message = (
+                    "modified one of its inputs (inputs are read-only; write to a declared "
+                    "output instead)"
+                )
+                return _Done(run.source, run.lane or lane, Failure(message))
             lane = run.lane or lane
-            if self.runner.cancelled:
-                return ActionOutcome(action, "failed", message="interrupted", lane=lane)
-            if run.exit_code != 0 or run.timed_out or run.crashed:
-                message = run.message or f"exited with code {run.exit_code}"
-                return ActionOutcome(
-                    action,
-                    "failed",
-                    message=message,
-                    output_text=text,
-                    lane=lane,
-                    strategy=strategy,
-                )
-            missing = [
-                f.path
-                for f in action.outputs
-                if not ((root / f.path).is_dir() if f.directory else (root / f.path).is_file())
-            ]
+            if self._interrupted:
+                return _Done(None, lane, Failure("interrupted"))
+            text = files.read_text(stdout) + files.read_text(stderr)
+            if not run.succeeded:
+                return _Done(run.source, lane, Failure(run.failure_message, text))
+            missing = files.missing_outputs(root, action)
             if missing:
-                return ActionOutcome(
-                    action,
-                    "failed",
-                    message="did not create declared output"
+                message = (
+                    "did not create declared output"
                     + ("s " if len(missing) > 1 else " ")
-                    + ", ".join(missing),
-                    output_text=text,
-                    lane=lane,
-                    strategy=strategy,
+                    + ", ".join(missing)
                 )
+                return _Done(run.source, lane, Failure(message, text))
             outputs = []
-            for path in _output_files(root, action):
+            for path in files.output_files(root, action):
                 executable = os.access(root / path, os.X_OK)
-                _seal_output(root / path, executable)
+                files.seal_output(root / path, executable)
                 digest = self.cas.put_file(root / path, executable=executable)
                 outputs.append(OutputFile(path, digest, executable))
-            _seal_output(stdout, False)
-            _seal_output(stderr, False)
+            files.seal_output(stdout, False)
+            files.seal_output(stderr, False)
             result = ActionResult(
                 output_files=tuple(outputs),
                 exit_code=0,
@@ -271,162 +297,97 @@ class Executor:
                 execution_seconds=run.seconds,
                 worker=lane,
             )
-            if self.runner.cancelled:  # Ctrl-C arrived while storing: record nothing
-                return ActionOutcome(action, "failed", message="interrupted", lane=lane)
+            if self._interrupted:  # Ctrl-C arrived while storing: record nothing
+                return _Done(None, lane, Failure("interrupted"))
             self.action_cache.put(key.key, result)
             self._deliver(action, key, result)
-            return ActionOutcome(
-                action,
-                "executed",
-                key.key,
-                run.seconds,
-                strategy,
-                lane,
-                output_text=text,
-                stdout=_read_text(stdout),
-            )
+            return _Done(run.source, lane, printed=files.read_text(stdout))
         finally:
             self.execroots.release(root)
 
-    def _forget_inputs(self, action: Action, digests: dict[str, Digest]) -> None:
-        del action
+    def _spawner_for(self, action: Action) -> Spawner:
+        with self._spawner_lock:
+            if action.supports_workers and self.options.strategy == "worker":
+                if self.worker is None:
+                    from kiln.exec.worker_spawner import WorkerSpawner
+
+                    self.worker = WorkerSpawner(
+                        self.options.python,
+                        self.options.worker_max_instances,
+                        self.options.worker_preload,
+                    )
+                return self.worker
+            if self.local is None:
+                from kiln.exec.local_spawner import LocalSpawner
+
+                self.local = LocalSpawner()
+            return self.local
+
+    def _forget_generated(self, digests: dict[str, Digest]) -> None:
+        """Drop the blobs of generated inputs an action wrote through: they may be damaged."""
         for path, digest in digests.items():
             if path.startswith(GENERATED_ROOT + "/"):
                 with contextlib.suppress(OSError):
                     os.unlink(self.cas.path(digest))
 
-    def _spawn(
-        self, action: Action, env: dict[str, str], root: Path, stdout: Path, stderr: Path
-    ) -> RunResult:
-        timeout = self.options.action_timeout
-        if action.supports_workers and self.options.strategy == "worker":
-            from kiln.workers.protocol import WorkRequest
-
-            response = self._worker_pool(env).run(
-                WorkRequest(action.argv, env, str(root), str(stdout), str(stderr), timeout)
-            )
-            return RunResult(
-                response.exit_code,
-                0.0,
-                crashed=response.crashed,
-                message=response.message,
-                lane=response.worker_id,
-            )
-        return self.runner.run(action.argv, env, root, stdout, stderr, timeout)
-
-    def _worker_pool(self, env: dict[str, str]) -> WorkerPool:
-        # Settings Python reads only at start (PYTHONHASHSEED, ...) come from the
-        # environment of the first action that needs a worker; actions share it.
-        with self._pool_lock:
-            if self._pool is None:
-                from kiln.workers.pool import WorkerPool
-
-                self._pool = WorkerPool(
-                    self.options.python,
-                    self.options.worker_max_instances,
-                    preload=self.options.worker_preload,
-                    base_env={k: v for k, v in env.items() if k != "TMPDIR"},
-                )
-            return self._pool
+    # -- delivering -----------------------------------------------------------
 
     def _deliver(self, action: Action, key: ActionKey, result: ActionResult) -> None:
         """Record output digests for dependents and place outputs in kiln-out/."""
-        for directory in (f.path for f in action.outputs if f.directory):
-            inside = [o.path for o in result.output_files if o.path.startswith(directory + "/")]
-            self.directory_files[directory] = inside
-            _clear_stale(self.workspace_root / directory, {p[len(directory) + 1 :] for p in inside})
-        for output in result.output_files:
-            self.output_digests[output.path] = output.digest
-            if output.is_executable:
-                self.executable_outputs.add(output.path)
-            dest = self.workspace_root / output.path
-            blob = self.cas.path(output.digest, output.is_executable)
-            try:
-                if os.stat(dest).st_ino == os.stat(blob).st_ino:
-                    continue  # already this very blob: the no-op build path
-            except FileNotFoundError:
-                pass
-            self.cas.materialize(output.digest, dest, output.is_executable)
+        from kiln.exec import execroot_files as files
+
+        path = action.primary_output.path
+        try:
+            for path in (f.path for f in action.outputs if f.directory):
+                prefix = path + "/"
+                inside = {o.path for o in result.output_files if o.path.startswith(prefix)}
+                files.clear_stale(self.workspace_root / path, {p[len(prefix) :] for p in inside})
+            self.outputs.record(action, result.output_files)
+            for output in result.output_files:
+                path = output.path
+                dest = self.workspace_root / path
+                blob = self.cas.path(output.digest, output.is_executable)
+                with contextlib.suppress(OSError):
+                    if os.stat(dest).st_ino == os.stat(blob).st_ino:
+                        continue  # already this very blob: the no-op build path
+                self.cas.materialize(output.digest, dest, output.is_executable)
+        except OSError as error:
+            # The file system is in the way: the action fails, naming what to remove.
+            reason = files.in_the_way(self.workspace_root, path) or error.strerror
+            raise _ActionFailed(
+                f"cannot place {path}: {reason} (remove it, or run 'kiln clean')"
+            ) from None
         self.state.record(action.primary_output.path, key.key, result)
 
-    def shutdown(self) -> None:
-        self.execroots.close()
-        if self._pool is not None:
-            self._pool.shutdown()
-        if self.remote is not None:
-            self.remote.close()
 
-    def interrupt(self) -> None:
-        self.runner.kill_all()
-        if self._pool is not None:
-            self._pool.kill_all()
-
-
-def _output_files(root: Path, action: Action) -> list[str]:
-    """Every file the action declared: its output files, and all files in its directories."""
-    paths: list[str] = []
-    for file in action.outputs:
-        if not file.directory:
-            paths.append(file.path)
-            continue
-        for dirpath, _, names in os.walk(root / file.path):
-            rel = os.path.relpath(dirpath, root)
-            paths.extend(f"{rel}/{name}" for name in sorted(names))
-    return paths
-
-
-def _seal_output(path: Path, executable: bool) -> None:
-    """Give a finished action's file its blob mode, so put_file links it into the CAS.
-
-    A link costs no copy, and removing the execroot then frees no data. Only a
-    regular file with a single link is changed: never a symlink's target, nor
-    an inode the action linked from elsewhere (a blob among its inputs).
-    """
+@contextlib.contextmanager
+def open_executor(
+    workspace_root: Path,
+    output_base: OutputBase,
+    disk_cache: DiskCache,
+    options: ExecOptions,
+) -> Iterator[Executor]:
+    """An executor with its logs open; on the way out (success, failure, Ctrl-C) its
+    workers and execroots are gone and its logs saved."""
+    function = options.digest_function
+    digest_cache = FileDigestCache(output_base.digest_log(function), function)
+    executor = Executor(
+        workspace_root=workspace_root,
+        output_base=output_base,
+        cas=ContentStore(disk_cache.root, function),
+        action_cache=ActionCache(disk_cache.root),
+        digest_cache=digest_cache,
+        explain_log=ExplainLog(output_base.explain_log),
+        state=ActionState(output_base.action_state, workspace_root),
+        options=options,
+    )
+    executor.execroots.sweep()
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            return  # a symlink: put_file copies what it points to
-        raise
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-            os.fchmod(fd, 0o555 if executable else 0o444)
+        yield executor
     finally:
-        os.close(fd)
-
-
-def _clear_stale(directory: Path, keep: set[str]) -> None:
-    """Remove files a previous build left in an output directory."""
-    for dirpath, _, names in os.walk(directory):
-        for name in names:
-            path = os.path.join(dirpath, name)
-            if os.path.relpath(path, directory) not in keep:
-                os.unlink(path)
-
-
-def _input_stats(root: Path, inputs: dict[str, Digest]) -> list[tuple[int, int]]:
-    """mtime and size of the generated inputs, which are hardlinks of CAS blobs.
-
-    They are read-only, but not to root: an action that writes through one
-    would corrupt the cache, so a change is caught and the blob dropped.
-    """
-    stats = []
-    for path in inputs:
-        if path.startswith(GENERATED_ROOT + "/"):
-            try:
-                st = os.stat(root / path)
-                stats.append((st.st_mtime_ns, st.st_size))
-            except FileNotFoundError:
-                stats.append((-1, -1))
-    return stats
-
-
-def _read_text(path: Path, limit: int = 64 * 1024) -> str:
-    try:
-        with path.open("rb") as f:
-            data = f.read(limit + 1)
-    except FileNotFoundError:
-        return ""
-    text = data[:limit].decode(errors="replace")
-    return text + ("\n[... output truncated ...]\n" if len(data) > limit else "")
+        try:
+            executor.shutdown()
+        finally:
+            digest_cache.close()
+            executor.explain_log.save()
+            executor.state.save()

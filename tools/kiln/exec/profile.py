@@ -15,17 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from kiln.action_graph import Action
-from kiln.exec.executor import ActionOutcome
+from kiln.exec.outcome import ActionOutcome
 from kiln.exec.scheduler import Reporter
 
 
 class ProfileWriter(Reporter):
     def __init__(self, path: Path):
         self.path = path
+        # Opened now: a path that cannot be written fails before the build, not after it.
+        self._file = path.open("w", encoding="utf-8")
         self.origin = time.monotonic()
         self.events: list[dict[str, Any]] = []
         self.lanes: dict[str, int] = {"main": 0}
-        self._starts: dict[int, tuple[float, str]] = {}
+        self._starts: dict[str, tuple[float, str]] = {}  # by first output
         self._lock = threading.Lock()
 
     def _us(self, t: float) -> int:
@@ -52,12 +54,12 @@ class ProfileWriter(Reporter):
 
     def action_started(self, action: Action, lane: str) -> None:
         with self._lock:
-            self._starts[id(action)] = (time.monotonic(), lane)
+            self._starts[action.primary_output.path] = (time.monotonic(), lane)
 
     def action_finished(self, outcome: ActionOutcome) -> None:
         end = time.monotonic()
         with self._lock:
-            start, lane = self._starts.pop(id(outcome.action), (end, outcome.lane))
+            start, lane = self._starts.pop(outcome.action.primary_output.path, (end, outcome.lane))
             lane = outcome.lane or lane
             self.events.append(
                 {
@@ -71,7 +73,7 @@ class ProfileWriter(Reporter):
                     "args": {
                         "status": outcome.status,
                         "key": outcome.key,
-                        "strategy": outcome.strategy,
+                        "strategy": outcome.source_name,
                     },
                 }
             )
@@ -82,6 +84,7 @@ class ProfileWriter(Reporter):
             for lane, tid in self.lanes.items()
         ]
         process = [{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "kiln build"}}]
-        self.path.write_text(
-            json.dumps({"traceEvents": process + names + self.events, "displayTimeUnit": "ms"})
-        )
+        with self._file:
+            json.dump(
+                {"traceEvents": process + names + self.events, "displayTimeUnit": "ms"}, self._file
+            )

@@ -1,24 +1,32 @@
 """Running the action graph: dependency order, in parallel, within resource limits.
 
 An action is ready when every action producing one of its inputs has
-succeeded. Ready actions start while their resources fit: `--jobs` CPU
-slots, `--gpus` GPU slots, and the `--local_ram_mb` memory budget; an action
-asking for more than the whole budget runs alone rather than never. On a
-failure, `--keep_going` goes on with everything that does not depend on it;
-without it no new action starts. Ctrl-C kills running actions; nothing
-half-done is cached (see executor.py).
+succeeded. A ready action that is up to date (ActionExecutor.up_to_date)
+finishes at once on the scheduler's own thread; the others start, in graph
+order, while their resources fit: `--jobs` CPU slots, `--gpus` GPU slots,
+and the `--local_ram_mb` memory budget; an action asking for more than the
+whole budget runs alone rather than never. On a failure, `--keep_going`
+goes on with everything that does not depend on it; without it no new
+action starts. Ctrl-C kills running actions (ActionExecutor.interrupt) and
+re-raises; nothing half-done is cached (see executor.py).
+
+State is kept by the action's index in the ActionGraph.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
+import heapq
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from kiln.action_graph import Action, Resources
-from kiln.exec.executor import ActionOutcome
+from kiln.action_graph import Action, ActionGraph, Resources
+from kiln.exec.outcome import ActionOutcome
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,22 @@ class ScheduleResult:
         return [o for o in self.outcomes if o.status == "failed"]
 
 
+class ActionExecutor(Protocol):
+    """What the scheduler needs of the executor (kiln.exec.executor.Executor)."""
+
+    def up_to_date(self, action: Action) -> ActionOutcome | None:
+        """The outcome of an action with nothing to do, or None; cheap, no thread."""
+        ...
+
+    def execute(self, action: Action, lane: str) -> ActionOutcome:
+        """Run (or fetch) the action; called on one of `jobs` threads."""
+        ...
+
+    def interrupt(self) -> None:
+        """Ctrl-C: make every running execute() return soon, storing nothing."""
+        ...
+
+
 class Reporter:
     """What the scheduler tells the user interface; every method may be left as is."""
 
@@ -46,37 +70,34 @@ class Reporter:
     def action_finished(self, outcome: ActionOutcome) -> None: ...
 
 
+class _State(enum.Enum):
+    WAITING = enum.auto()  # on dependencies, or for resources
+    RUNNING = enum.auto()
+    DONE = enum.auto()
+    SKIPPED = enum.auto()
+
+
 class Scheduler:
     def __init__(
         self,
-        actions: list[Action],
-        producer: dict[str, Action],
+        graph: ActionGraph,
         limits: Limits,
-        execute: Callable[[Action, str], ActionOutcome],
+        executor: ActionExecutor,
         reporter: Reporter,
         *,
         keep_going: bool,
-        interrupt: Callable[[], None],
-        up_to_date: Callable[[Action], ActionOutcome | None] | None = None,
     ):
-        self.actions = actions
+        self.graph = graph
         self.limits = limits
-        self.execute = execute
+        self.executor = executor
         self.reporter = reporter
         self.keep_going = keep_going
-        self.interrupt = interrupt
-        # Answers "nothing to do" without a thread; see Executor.up_to_date.
-        self.up_to_date = up_to_date
-        self.waiting_on: dict[int, set[int]] = {}
-        self.dependents: dict[int, list[Action]] = {id(a): [] for a in actions}
-        for action in actions:
-            deps = {id(producer[f.path]) for f in action.inputs if f.path in producer}
-            self.waiting_on[id(action)] = deps
-            for dep in deps:
-                self.dependents[dep].append(action)
         self._lanes = threading.local()
         self._lane_counter = 0
         self._lane_lock = threading.Lock()
+
+    def run(self) -> ScheduleResult:
+        return _Run(self).run()
 
     def _lane(self) -> str:
         lane: str | None = getattr(self._lanes, "name", None)
@@ -87,109 +108,137 @@ class Scheduler:
             self._lanes.name = lane
         return lane
 
-    def _run_one(self, action: Action) -> ActionOutcome:
+    def run_one(self, action: Action) -> ActionOutcome:
+        """On a pool thread: one action, on its lane."""
         lane = self._lane()
         self.reporter.action_started(action, lane)
-        return self.execute(action, lane)
+        return self.executor.execute(action, lane)
+
+
+class _Run:
+    """One run of a scheduler: the per-action state, by index."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.s = scheduler
+        graph = scheduler.graph
+        self.state = [_State.WAITING] * len(graph)
+        self.unfinished = [len(deps) for deps in graph.dependencies]
+        self.ready = [i for i, n in enumerate(self.unfinished) if n == 0]  # a heap
+        heapq.heapify(self.ready)
+        self.runnable: list[int] = []  # ready, not up to date, waiting for resources; sorted
+        self.result = ScheduleResult()
 
     def run(self) -> ScheduleResult:
-        result = ScheduleResult()
-        ready = [a for a in self.actions if not self.waiting_on[id(a)]]
-        running: dict[Future[ActionOutcome], Action] = {}
+        running: dict[Future[ActionOutcome], int] = {}
         used = Resources(cpu=0, gpu=0, memory_mb=0)
         stop = False
-        pool = ThreadPoolExecutor(max_workers=max(1, self.limits.jobs), thread_name_prefix="kiln")
+        jobs = max(1, self.s.limits.jobs)
+        pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kiln")
         try:
-            while ready or running:
+            while True:
                 if not stop:
-                    ready = self._skip_up_to_date(ready, result)
-                    started = []
-                    for action in ready:
-                        if self._fits(action.resources, used, idle=not running):
-                            future = pool.submit(self._run_one, action)
-                            running[future] = action
-                            used = _add(used, action.resources, 1)
-                            started.append(action)
-                    for action in started:
-                        ready.remove(action)
+                    self._finish_up_to_date()
+                    for index in list(self.runnable):
+                        need = self.s.graph.actions[index].resources
+                        if self._fits(need, used, idle=not running):
+                            with _ctrl_c_deferred():  # a started action is always waited for
+                                action = self.s.graph.actions[index]
+                                running[pool.submit(self.s.run_one, action)] = index
+                            self.state[index] = _State.RUNNING
+                            self.runnable.remove(index)
+                            used = _add(used, need, 1)
                 if not running:
                     break
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    action = running.pop(future)
-                    used = _add(used, action.resources, -1)
-                    if not self._finish(action, future.result(), result, ready):
-                        stop = stop or not self.keep_going
+                for future in sorted(done, key=running.__getitem__):
+                    index = running.pop(future)
+                    used = _add(used, self.s.graph.actions[index].resources, -1)
+                    if not self._finish(index, future.result()):
+                        stop = stop or not self.s.keep_going
             if stop:
-                ran = {id(o.action) for o in result.outcomes}
-                skipped = {id(a) for a in result.skipped}
-                result.skipped += [a for a in self.actions if id(a) not in ran | skipped]
+                self._skip_the_rest()
         except KeyboardInterrupt:
-            result.interrupted = True
-            self.interrupt()
+            self.result.interrupted = True
+            self.s.executor.interrupt()
             for future in running:
                 # The interrupt is what gets reported; an action's own error is moot now.
                 with contextlib.suppress(Exception):
-                    result.outcomes.append(future.result())
+                    self.result.outcomes.append(future.result())
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
-        return result
+        return self.result
 
-    def _skip_up_to_date(self, ready: list[Action], result: ScheduleResult) -> list[Action]:
-        """Finish every ready action that is already up to date; return the rest."""
-        if self.up_to_date is None:
-            return ready
-        pending = list(ready)
-        remaining: list[Action] = []
-        while pending:
-            action = pending.pop()
-            outcome = self.up_to_date(action)
+    def _finish_up_to_date(self) -> None:
+        """Finish every ready action that is up to date (and those it releases that are
+        too); the others become runnable."""
+        while self.ready:
+            index = heapq.heappop(self.ready)
+            outcome = self.s.executor.up_to_date(self.s.graph.actions[index])
             if outcome is None:
-                remaining.append(action)
+                self.runnable.append(index)
             else:
-                self._finish(action, outcome, result, pending)
-        return remaining
+                self._finish(index, outcome)
+        self.runnable.sort()
 
-    def _finish(
-        self, action: Action, outcome: ActionOutcome, result: ScheduleResult, ready: list[Action]
-    ) -> bool:
+    def _finish(self, index: int, outcome: ActionOutcome) -> bool:
         """Record an outcome and release the actions that waited on it; False if it failed."""
-        result.outcomes.append(outcome)
-        self.reporter.action_finished(outcome)
+        self.state[index] = _State.DONE
+        self.result.outcomes.append(outcome)
+        self.s.reporter.action_finished(outcome)
         if outcome.status == "failed":
-            result.skipped += self._dependents_of(action)
+            self._skip_dependents(index)
             return False
-        for dependent in self.dependents[id(action)]:
-            waiting = self.waiting_on[id(dependent)]
-            waiting.discard(id(action))
-            if not waiting:
-                ready.append(dependent)
+        for dependent in self.s.graph.dependents[index]:
+            self.unfinished[dependent] -= 1
+            if self.unfinished[dependent] == 0 and self.state[dependent] is _State.WAITING:
+                heapq.heappush(self.ready, dependent)
         return True
+
+    def _skip_dependents(self, failed: int) -> None:
+        stack = list(self.s.graph.dependents[failed])
+        skipped: list[int] = []
+        while stack:
+            index = stack.pop()
+            if self.state[index] is _State.SKIPPED:
+                continue
+            self.state[index] = _State.SKIPPED
+            skipped.append(index)
+            stack.extend(self.s.graph.dependents[index])
+        self.result.skipped += [self.s.graph.actions[i] for i in sorted(skipped)]
+
+    def _skip_the_rest(self) -> None:
+        """After a failure without --keep_going: every action that never started."""
+        for index, state in enumerate(self.state):
+            if state is _State.WAITING:
+                self.state[index] = _State.SKIPPED
+                self.result.skipped.append(self.s.graph.actions[index])
 
     def _fits(self, need: Resources, used: Resources, *, idle: bool) -> bool:
         if idle:
             return True  # an oversized action runs alone rather than never
-        limits = self.limits
+        limits = self.s.limits
         if used.cpu + need.cpu > limits.jobs:
             return False
         if need.gpu and used.gpu + need.gpu > limits.gpus:
             return False
         return not (limits.memory_mb and used.memory_mb + need.memory_mb > limits.memory_mb)
 
-    def _dependents_of(self, failed: Action) -> list[Action]:
-        out: list[Action] = []
-        stack = list(self.dependents[id(failed)])
-        seen: set[int] = set()
-        while stack:
-            action = stack.pop()
-            if id(action) in seen:
-                continue
-            seen.add(id(action))
-            out.append(action)
-            self.waiting_on[id(action)].add(-1)  # never becomes ready
-            stack.extend(self.dependents[id(action)])
-        return out
+
+@contextlib.contextmanager
+def _ctrl_c_deferred() -> Iterator[None]:
+    """SIGINT held back while a thread is submitted and recorded.
+
+    A Ctrl-C inside ThreadPoolExecutor.submit (its new thread's start) would
+    leave an action running that `running` does not know, so nobody would wait
+    for it. Held back, it arrives right after, once the future is recorded.
+    Threads started meanwhile inherit the mask: SIGINT goes to the main thread.
+    """
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _add(used: Resources, need: Resources, sign: int) -> Resources:

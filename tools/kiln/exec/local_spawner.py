@@ -1,4 +1,4 @@
-"""Running an action's argv as a child process in its execroot.
+"""Running a command as a child process in its execroot.
 
 Each child gets its own process group, so Ctrl-C and timeouts can stop the
 action with everything it started, and kiln's own signal handling is not
@@ -13,62 +13,45 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
+
+from kiln.exec.outcome import Source
+from kiln.exec.spawn import SpawnRequest, SpawnResult
 
 
-@dataclass(frozen=True)
-class RunResult:
-    exit_code: int
-    seconds: float
-    timed_out: bool = False
-    crashed: bool = False
-    message: str = ""
-    lane: str = ""
-
-
-class LocalRunner:
+class LocalSpawner:
     def __init__(self) -> None:
         self._running: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
-        self.cancelled = False
 
-    def run(
-        self,
-        argv: tuple[str, ...],
-        env: dict[str, str],
-        cwd: Path,
-        stdout: Path,
-        stderr: Path,
-        timeout: float | None,
-    ) -> RunResult:
+    def spawn(self, request: SpawnRequest) -> SpawnResult:
         start = time.monotonic()
-        with stdout.open("wb") as out, stderr.open("wb") as err:
+        with request.stdout.open("wb") as out, request.stderr.open("wb") as err:
             try:
                 process = subprocess.Popen(
-                    argv,
-                    cwd=cwd,
-                    env=env,
+                    request.argv,
+                    cwd=request.execroot,
+                    env=dict(request.env),
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=err,
                     start_new_session=True,
                 )
             except OSError as error:
-                return RunResult(127, 0.0, message=f"cannot run {argv[0]}: {error.strerror}")
+                message = f"cannot run {request.argv[0]}: {error.strerror}"
+                return SpawnResult(127, 0.0, Source.RAN_LOCALLY, message=message)
             with self._lock:
                 self._running[process.pid] = process
             try:
                 try:
-                    code = process.wait(timeout=timeout)
+                    code = process.wait(timeout=request.timeout)
                 except subprocess.TimeoutExpired:
                     _kill_group(process)
                     process.wait()
-                    return RunResult(
+                    return SpawnResult(
                         -1,
                         time.monotonic() - start,
-                        timed_out=True,
-                        message=f"timed out after {timeout:g} s",
+                        Source.RAN_LOCALLY,
+                        message=f"timed out after {request.timeout:g} s",
                     )
             finally:
                 with self._lock:
@@ -76,16 +59,19 @@ class LocalRunner:
         seconds = time.monotonic() - start
         if code < 0:
             name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
-            return RunResult(code, seconds, crashed=True, message=f"killed by signal {name}")
-        return RunResult(code, seconds)
+            return SpawnResult(
+                code, seconds, Source.RAN_LOCALLY, crashed=True, message=f"killed by signal {name}"
+            )
+        return SpawnResult(code, seconds, Source.RAN_LOCALLY)
 
-    def kill_all(self) -> None:
-        """Ctrl-C: stop every running action and what it started."""
-        self.cancelled = True
+    def cancel_all(self) -> None:
         with self._lock:
             running = list(self._running.values())
         for process in running:
             _kill_group(process)
+
+    def close(self) -> None:
+        self.cancel_all()  # nothing runs at the end of a build; after Ctrl-C, nothing may
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:

@@ -1,0 +1,83 @@
+"""The execution phase of `kiln build`: the executor, the status line, the scheduler.
+
+Everything about where things go (disk cache, output base) and how the
+result is shown is set up here, so build.py reads as the phases of a build.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+from kiln.action_graph import ActionGraph
+from kiln.cli.build_options import BuildOptions, parse_size, remote_cache_client
+from kiln.cli.reports import FanOut, Reports
+from kiln.cli.session import Session
+from kiln.cli.status import StatusPrinter
+from kiln.exec.executor import ExecOptions, open_executor
+from kiln.exec.scheduler import Limits, Reporter, Scheduler, ScheduleResult
+from kiln.layout import DiskCache, cache_home
+
+
+def execute_graph(
+    session: Session,
+    options: BuildOptions,
+    graph: ActionGraph,
+    limits: Limits,
+    locate: Callable[[str], str],
+    reports: Reports,
+) -> tuple[ScheduleResult, float]:
+    """Run the graph; the result and the seconds it took."""
+    disk_cache = DiskCache.at(
+        (options.disk_cache or cache_home()).expanduser().resolve(), options.digest_function
+    )
+    disk_cache.create()
+    remote = remote_cache_client(options)  # None without --remote_cache
+    exec_options = ExecOptions(
+        digest_function=options.digest_function,
+        strategy="worker" if options.strategy == "worker" else "local",
+        worker_max_instances=options.worker_max_instances,
+        action_timeout=options.action_timeout,
+        explain=options.explain,
+        python=sys.executable,
+    )
+    with open_executor(
+        session.workspace.root, session.output_base, disk_cache, exec_options
+    ) as executor:
+        status = StatusPrinter(len(graph), locate, explain=options.explain)
+        try:
+            if remote is not None:
+                from kiln.exec.remote_spawn_cache import RemoteSpawnCache
+
+                executor.remote = RemoteSpawnCache(
+                    remote,
+                    executor.cas,
+                    executor.action_cache,
+                    accept_cached=options.remote_accept_cached,
+                    upload_local_results=options.remote_upload_local_results,
+                    warn=lambda message: status.print(f"WARNING: {message}"),
+                )
+            reporters: list[Reporter] = [status]
+            reporters += [r for r in (reports.events, reports.profile) if r is not None]
+            if reports.events:
+                reports.events.emit("build_started", actions=len(graph))
+            start = time.monotonic()
+            scheduler = Scheduler(
+                graph, limits, executor, FanOut(reporters), keep_going=options.keep_going
+            )
+            result = scheduler.run()
+        finally:
+            status.close()
+    seconds = time.monotonic() - start
+    if reports.events:
+        reports.events.emit(
+            "build_finished",
+            success=not (result.failed or result.skipped),
+            seconds=round(seconds, 6),
+        )
+    if options.disk_cache_max_size:
+        from kiln.cache.gc import collect
+
+        collect(disk_cache.root, parse_size(options.disk_cache_max_size))
+    return result, seconds

@@ -1,0 +1,104 @@
+"""Reading an action's results out of its execroot: outputs, their modes, what it printed."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+
+from kiln.action_graph import GENERATED_ROOT, Action
+
+
+def missing_outputs(root: Path, action: Action) -> list[str]:
+    """The declared outputs the action did not create (a directory output must be one)."""
+    return [
+        f.path
+        for f in action.outputs
+        if not ((root / f.path).is_dir() if f.directory else (root / f.path).is_file())
+    ]
+
+
+def output_files(root: Path, action: Action) -> list[str]:
+    """Every file the action declared: its output files, and all files in its directories."""
+    paths: list[str] = []
+    for file in action.outputs:
+        if not file.directory:
+            paths.append(file.path)
+            continue
+        for dirpath, _, names in os.walk(root / file.path):
+            rel = os.path.relpath(dirpath, root)
+            paths.extend(f"{rel}/{name}" for name in sorted(names))
+    return paths
+
+
+def seal_output(path: Path, executable: bool) -> None:
+    """Give a finished action's file its blob mode, so put_file links it into the CAS.
+
+    A link costs no copy, and removing the execroot then frees no data. Only a
+    regular file with a single link is changed: never a symlink's target, nor
+    an inode the action linked from elsewhere (a blob among its inputs).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return  # a symlink: put_file copies what it points to
+        raise
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            os.fchmod(fd, 0o555 if executable else 0o444)
+    finally:
+        os.close(fd)
+
+
+def clear_stale(directory: Path, keep: set[str]) -> None:
+    """Remove files a previous build left in an output directory."""
+    for dirpath, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            if os.path.relpath(path, directory) not in keep:
+                os.unlink(path)
+
+
+def input_stats(root: Path, inputs: Iterable[str]) -> list[tuple[int, int]]:
+    """mtime and size of the generated inputs, which are hardlinks of CAS blobs.
+
+    They are read-only, but not to root: an action that writes through one
+    would corrupt the cache, so a change is caught and the blob dropped.
+    """
+    stats = []
+    for path in inputs:
+        if path.startswith(GENERATED_ROOT + "/"):
+            try:
+                st = os.stat(root / path)
+                stats.append((st.st_mtime_ns, st.st_size))
+            except FileNotFoundError:
+                stats.append((-1, -1))
+    return stats
+
+
+def read_text(path: Path, limit: int = 64 * 1024) -> str:
+    try:
+        with path.open("rb") as f:
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        return ""
+    text = data[:limit].decode(errors="replace")
+    return text + ("\n[... output truncated ...]\n" if len(data) > limit else "")
+
+
+def in_the_way(workspace_root: Path, path: str) -> str | None:
+    """What keeps `path` (under kiln-out/) from being placed: a file where one of its
+    directories goes, or a directory where it goes; None if nothing visible."""
+    parts = path.split("/")
+    for i in range(1, len(parts)):
+        prefix = "/".join(parts[:i])
+        target = workspace_root / prefix
+        if os.path.lexists(target) and not target.is_dir():
+            return f"{prefix} is a file where a directory goes"
+    if (workspace_root / path).is_dir() and not (workspace_root / path).is_symlink():
+        return f"{path} is a directory where the output goes"
+    return None

@@ -1,0 +1,69 @@
+"""The one interface the executor runs commands through: Spawner.spawn(request) -> result.
+
+The executor prepares an execroot holding the action's declared inputs and
+hands a SpawnRequest to a spawner; the spawner runs the command there and
+says how it ended. It knows nothing of keys, caches or outputs: the executor
+collects the outputs from the execroot afterwards.
+
+    LocalSpawner   (local_spawner.py)   a child process in its own process group
+    WorkerSpawner  (worker_spawner.py)  a persistent worker (`python -m` actions)
+
+A remote spawner (Ray, REAPI) implements the same three methods: the request
+carries everything it needs to ship the command elsewhere (argv, env, the
+execroot whose files are the inputs, where stdout/stderr go, the timeout,
+and the resources the scheduler reserved), and its result names its Source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from kiln.action_graph import Resources
+from kiln.exec.outcome import Source
+
+
+@dataclass(frozen=True)
+class SpawnRequest:
+    argv: tuple[str, ...]
+    env: Mapping[str, str]  # the command's whole environment
+    execroot: Path  # its working directory, holding exactly its declared inputs
+    stdout: Path  # created (or truncated) by the spawner
+    stderr: Path
+    timeout: float | None  # seconds; past it the command and what it started are killed
+    resources: Resources  # what the scheduler reserved for it
+    description: str = ""  # "Executing genrule //app:x", for messages
+
+
+@dataclass(frozen=True)
+class SpawnResult:
+    exit_code: int
+    seconds: float  # wall time of the command, as the spawner measured it
+    source: Source  # where it ran
+    lane: str = ""  # the profile lane, for a spawner that has its own (worker-2)
+    crashed: bool = False  # killed by a signal, or its worker died under it
+    message: str = ""  # why it ended abnormally: "timed out after 5 s", "killed by signal ..."
+
+    @property
+    def succeeded(self) -> bool:
+        return self.exit_code == 0 and not self.crashed
+
+    @property
+    def failure_message(self) -> str:
+        return self.message or f"exited with code {self.exit_code}"
+
+
+class Spawner(Protocol):
+    def spawn(self, request: SpawnRequest) -> SpawnResult:
+        """Run the command to its end; thread-safe (the scheduler's threads call it)."""
+        ...
+
+    def cancel_all(self) -> None:
+        """Ctrl-C: kill every running command and what it started; their spawn() return."""
+        ...
+
+    def close(self) -> None:
+        """End of the build: release processes and connections. Idempotent."""
+        ...
