@@ -100,3 +100,25 @@ def test_sigkill_at_random_moments_never_corrupts(ws: Workspace, tmp_path: Path)
         if path.is_file():
             mine = ws.root / "kiln-out" / path.relative_to(clone / "kiln-out")
             assert mine.read_bytes() == path.read_bytes(), f"wrong output {mine}"
+
+
+def test_ctrl_c_stops_the_build_with_exit_8_and_one_line(ws: Workspace, tmp_path: Path) -> None:
+    ws.write(
+        "app/BUILD", 'genrule(name = "slow", outs = ["slow.out"], cmd = "sleep 60; touch $@")\n'
+    )
+    process = ws.kiln_process("build", "//app:slow")
+    try:
+        deadline = time.monotonic() + 30
+        while not list((tmp_path / "cache").rglob("execroot/*/kiln-out")):  # the action runs
+            assert time.monotonic() < deadline, "the action never started"
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=10)  # the sleep was killed, not waited for
+    finally:
+        process.kill()
+    assert process.returncode == 8, err
+    assert err.rstrip().endswith("kiln: interrupted")
+    assert "Traceback" not in err and "INTERNAL ERROR" not in err
+    assert not (ws.root / "kiln-out/app/slow.out").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 from tests.e2e.harness import Workspace
@@ -256,3 +257,49 @@ def test_an_executable_output_can_be_the_input_of_another_action(ws: Workspace) 
     assert ws.kiln("clean").code == 0
     assert ws.kiln("build", "//app:use").hits == 2  # from the disk cache, still executable
     assert ws.out("app/use.out") == "from-tool\n"
+
+
+def test_build_events_say_where_each_result_came_from(ws: Workspace) -> None:
+    chain(ws)
+    events = ws.root.parent / "events.json"
+
+    def finished(*args: str) -> dict[str, tuple[object, ...]]:
+        assert ws.kiln("build", *args, f"--build_event_json_file={events}").code == 0
+        lines = [json.loads(line) for line in events.read_text().splitlines()]
+        assert [lines[0]["type"], lines[-1]["type"]] == ["build_started", "build_finished"]
+        return {
+            e["label"]: (e["status"], e["strategy"], e["cache"], e["cache_hit"], e["failure"])
+            for e in lines
+            if e["type"] == "action_finished"
+        }
+
+    assert finished("//app:a") == {"//app:a": ("executed", "local", None, False, None)}
+    assert finished("//app:a") == {"//app:a": ("cached", "up-to-date", "up-to-date", True, None)}
+    (ws.root / "kiln-out/app/a.out").unlink()
+    assert finished("//app:a") == {"//app:a": ("cached", "disk", "disk", True, None)}
+
+
+def test_profile_has_the_phases_and_an_event_per_action_on_its_lane(ws: Workspace) -> None:
+    chain(ws)
+    profile = ws.root.parent / "profile.json"
+    assert ws.kiln("build", "//app:c", "--jobs=1", f"--profile={profile}").code == 0
+    events = json.loads(profile.read_text())["traceEvents"]
+    phases = [e["name"] for e in events if e.get("cat") == "phase"]
+    assert phases == ["loading", "analysis", "execution"]
+    actions = [e for e in events if e.get("cat") == "executed"]
+    assert sorted(e["name"] for e in actions) == [
+        "Genrule //app:a",
+        "Genrule //app:b",
+        "Genrule //app:c",
+    ]
+    lanes = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert {lanes[e["tid"]] for e in actions} == {"local-1"}  # --jobs=1: one lane
+    assert all(e["args"]["strategy"] == "local" and e["dur"] > 0 for e in actions)
+
+
+def test_a_profile_is_written_when_the_build_fails_before_execution(ws: Workspace) -> None:
+    ws.write("app/BUILD", 'genrule(name = "x", outs = ["x.out"], cmd = "echo $(NOPE) > $@")\n')
+    profile = ws.root.parent / "profile.json"
+    assert ws.kiln("build", "//app:x", f"--profile={profile}").code == 1
+    events = json.loads(profile.read_text())["traceEvents"]
+    assert [e["name"] for e in events if e.get("cat") == "phase"] == ["loading", "analysis"]
