@@ -23,9 +23,10 @@ Put back afterwards:
 Not isolated (documented limits): threads an action leaves running, atexit
 handlers it registers (they run when the worker exits), environment variables
 set with os.putenv behind os.environ's back, C++ warn-once state, and other
-global state of preloaded libraries. What preloading prints goes to the
-worker's log, not to an action's stderr (a plain run that imports torch may
-print a warning there).
+global state of preloaded libraries. The worker runs one thread of its own
+(the lifeline watchdog, main.py), so threading.active_count() is one higher.
+What preloading prints goes to the worker's log, not to an action's stderr (a
+plain run that imports torch may print a warning there).
 """
 
 from __future__ import annotations

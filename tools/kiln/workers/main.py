@@ -1,10 +1,19 @@
-"""A persistent worker: `python -m kiln.workers.main --request-fd R --response-fd W --preload M`.
+"""A persistent worker: `python -m kiln.workers.main --request-fd R --response-fd W
+--lifeline-fd L --preload M`.
 
 Imports the preload modules once (a module that fails to import is reported
 in the hello frame, not fatal), then runs one request at a time until the
 request pipe reaches end of file. See protocol.py for the frames and
 inprocess.py for what each action sees. The pool starts it in a new session
 with stdin and stdout on /dev/null and stderr on its log.
+
+The lifeline is a pipe kiln never writes to: its end of file means kiln is
+gone, however it ended (kill -9 included). A watchdog thread waits for it and
+then kills the worker's process group: the worker and every process its
+action started, which would otherwise run on, writing into an execroot
+nobody reads. Not PR_SET_PDEATHSIG: it fires when the *thread* that started
+the worker ends (a scheduler thread), and would kill the worker before the
+watchdog could kill what its action started.
 """
 
 from __future__ import annotations
@@ -12,7 +21,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from typing import Any
@@ -30,11 +41,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kiln.workers.main")
     parser.add_argument("--request-fd", type=int, required=True)
     parser.add_argument("--response-fd", type=int, required=True)
+    parser.add_argument("--lifeline-fd", type=int, default=None)
     parser.add_argument("--preload", action="append", default=[])
     options = parser.parse_args(argv)
     requests, responses = options.request_fd, options.response_fd
-    for fd in (requests, responses):
-        os.set_inheritable(fd, False)  # never leak the protocol into an action's children
+    for fd in (requests, responses, options.lifeline_fd):
+        if fd is not None:
+            os.set_inheritable(fd, False)  # never leak the protocol into an action's children
+    if options.lifeline_fd is not None:
+        watch_lifeline(options.lifeline_fd)
 
     errors = preload(options.preload)
     write_frame(responses, {"pid": os.getpid(), "preload_errors": errors})
@@ -51,6 +66,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_frame(responses, serve(message, baseline))
         except BrokenPipeError:
             return 0  # the pool is gone
+
+
+def watch_lifeline(fd: int) -> threading.Thread:
+    """Kill this worker's process group once `fd` reaches end of file (kiln is gone)."""
+
+    def watch() -> None:
+        try:
+            while os.read(fd, 1):
+                pass  # kiln never writes; read on until the end of file
+        except OSError:
+            pass  # a broken lifeline means the same
+        if os.getpgrp() == os.getpid():  # the pool made the worker its group's leader
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    thread = threading.Thread(target=watch, name="kiln-lifeline", daemon=True)
+    thread.start()
+    return thread
 
 
 def preload(modules: Sequence[str]) -> dict[str, str]:

@@ -50,8 +50,12 @@ class WorkerProcess:
         self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
         request_r, request_w = os.pipe()
         response_r, response_w = os.pipe()
+        # Never written: its end of file tells the worker kiln is gone (main.py).
+        # The write end is close-on-exec, so no other process kiln starts holds it.
+        lifeline_r, lifeline_w = os.pipe()
         argv = [python, "-m", "kiln.workers.main"]
         argv += ["--request-fd", str(request_r), "--response-fd", str(response_w)]
+        argv += ["--lifeline-fd", str(lifeline_r)]
         for module in preload:
             argv += ["--preload", module]
         try:
@@ -62,19 +66,21 @@ class WorkerProcess:
                 stderr=self._log,
                 env=env,
                 cwd="/",  # not kiln's directory: nothing of it leaks onto the worker's sys.path
-                pass_fds=(request_r, response_w),
+                pass_fds=(request_r, response_w, lifeline_r),
                 start_new_session=True,
             )
         except BaseException:
-            for fd in (request_w, response_r):
+            for fd in (request_w, response_r, lifeline_w):
                 os.close(fd)
             self._log.close()
             raise
         finally:
             os.close(request_r)
             os.close(response_w)
+            os.close(lifeline_r)
         self._requests: int | None = request_w
         self._responses = response_r
+        self._lifeline: int | None = lifeline_w
         self.pid = self._proc.pid
         # Readable once the worker exits. The response pipe's end of file is not
         # enough: a process the action forked holds the write end as long as it lives.
@@ -160,6 +166,9 @@ class WorkerProcess:
                 _killpg(self.pid)  # also whatever the action left running
             returncode = self._proc.wait()
         self.close_requests()
+        if self._lifeline is not None:
+            os.close(self._lifeline)  # after the wait: the watchdog never races a reap
+            self._lifeline = None
         for fd in (self._responses, self._pidfd):
             if fd is not None and fd >= 0:
                 os.close(fd)
