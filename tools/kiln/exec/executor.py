@@ -257,6 +257,8 @@ class Executor:
                     stderr,
                     self.options.action_timeout,
                     action.resources,
+                    action.outputs,
+                    action.platform,
                     action.describe(),
                 )
             )

@@ -10,8 +10,10 @@ collects the outputs from the execroot afterwards.
 
 A remote spawner (Ray, REAPI) implements the same three methods: the request
 carries everything it needs to ship the command elsewhere (argv, env, the
-execroot whose files are the inputs, where stdout/stderr go, the timeout,
-and the resources the scheduler reserved), and its result names its Source.
+execroot whose files are the inputs, the declared outputs to bring back into
+the execroot, where stdout/stderr go, the timeout, the resources the
+scheduler reserved and the platform properties a machine must match), and
+its result names its Source.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from kiln.action_graph import Resources
+from kiln.action_graph import File, Resources
 from kiln.exec.outcome import Source
 
 
@@ -34,6 +36,10 @@ class SpawnRequest:
     stderr: Path
     timeout: float | None  # seconds; past it the command and what it started are killed
     resources: Resources  # what the scheduler reserved for it
+    # What the executor collects from the execroot afterwards (files and directories).
+    outputs: tuple[File, ...] = ()
+    # What the machine must offer (os, arch, GPU compute capability, toolchain versions).
+    platform: tuple[tuple[str, str], ...] = ()
     description: str = ""  # "Executing genrule //app:x", for messages
 
 
