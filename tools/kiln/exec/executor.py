@@ -92,8 +92,9 @@ class Executor:
     local: Spawner | None = None
     worker: Spawner | None = None  # --strategy=worker: `python -m` actions
     outputs: BuiltOutputs = field(default_factory=BuiltOutputs)
-    # Keys by the action's first output, which names one action of the graph.
-    _keys: dict[str, ActionKey] = field(default_factory=dict)
+    # Keys by the action's first output, which names one action of the graph; the
+    # action is kept to tell it from another declaring that output (tests, reruns).
+    _keys: dict[str, tuple[Action, ActionKey]] = field(default_factory=dict)
     _interrupted: bool = False
     _spawner_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -173,10 +174,10 @@ class Executor:
 
     def _key(self, action: Action) -> ActionKey:
         known = self._keys.get(action.primary_output.path)
-        if known is not None:
-            return known
+        if known is not None and known[0] is action:
+            return known[1]
         key = compute_key(action, self._input_files(action), self.options.digest_function)
-        self._keys[action.primary_output.path] = key
+        self._keys[action.primary_output.path] = (action, key)
         return key
 
     def _input_files(self, action: Action) -> dict[str, Digest]:
