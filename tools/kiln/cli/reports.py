@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from kiln.action_graph import Action
 from kiln.errors import KilnError
@@ -24,36 +23,39 @@ if TYPE_CHECKING:
 _Writer = TypeVar("_Writer")
 
 
-@dataclass
-class Phase:
+class Phase(NamedTuple):
     name: str  # loading, analysis, execution: lane 0 of the profile
     start: float
-    end: float = 0.0
+    end: float = 0.0  # 0: still running
 
 
-@dataclass
 class Reports:
-    events: BuildEventWriter | None
-    profile: ProfileWriter | None
-    phases: list[Phase] = field(default_factory=list)
+    """The open report files, and the phases of the build for the profile."""
+
+    def __init__(self, events: BuildEventWriter | None, profile: ProfileWriter | None) -> None:
+        self.events = events
+        self.profile = profile
+        self.phases: list[Phase] = []
 
     def phase(self, name: str) -> None:
         """A new phase starts now; the one before ends."""
         now = time.monotonic()
-        if self.phases:
-            self.phases[-1].end = now
+        self._end_last(now)
         self.phases.append(Phase(name, now))
 
     def close(self) -> None:
         """Write the profile (however far the build came) and close both files."""
-        if self.phases:
-            self.phases[-1].end = self.phases[-1].end or time.monotonic()
+        self._end_last(time.monotonic())
         if self.profile is not None:
             for phase in self.phases:
                 self.profile.phase(phase.name, phase.start, phase.end)
             self.profile.write()
         if self.events is not None:
             self.events.close()
+
+    def _end_last(self, now: float) -> None:
+        if self.phases and not self.phases[-1].end:
+            self.phases[-1] = self.phases[-1]._replace(end=now)
 
 
 def open_reports(build_event_json_file: Path | None, profile: Path | None) -> Reports:
