@@ -21,8 +21,10 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kiln.label": ("kiln.errors",),
     "kiln.action_specs": (),
     "kiln.action_graph": (),
+    # every file name of the output base and the disk cache (helper's seam: kiln/layout.py)
+    "kiln.layout": ("kiln.errors", "kiln.action_graph"),
     "kiln.host_facts": ("kiln.machine",),
-    "kiln.cache": ("kiln.errors",),
+    "kiln.cache": ("kiln.errors", "kiln.layout"),
     "kiln.state_file": ("kiln.cache",),
     # python -m kiln.actions.<name>: the torch scripts read spec records, nothing of the engine
     "kiln.actions": ("kiln.action_specs", "kiln.cc_templates"),
@@ -33,7 +35,14 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # they stay below the rule API (no pydantic) and use the leaves directly
     "kiln.rules.toolchain": ("kiln.host_facts", "kiln.machine", "kiln.action_graph", "kiln.cache"),
     "kiln.workers": ("kiln.errors",),
-    "kiln.exec": (*LEAVES, "kiln.action_graph", "kiln.cache", "kiln.state_file", "kiln.workers"),
+    "kiln.exec": (
+        *LEAVES,
+        "kiln.action_graph",
+        "kiln.layout",
+        "kiln.cache",
+        "kiln.state_file",
+        "kiln.workers",
+    ),
     "kiln.loading": (*LEAVES, "kiln.label", "kiln.action_graph", "kiln.rule_api", "kiln.rules"),
     "kiln.query": (*LEAVES, "kiln.label", "kiln.loading"),
     "kiln.analysis": (

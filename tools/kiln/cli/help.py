@@ -1,20 +1,16 @@
 """`kiln help [NAME]`: the command list, one command's options, or one rule's attributes.
 
 Needs no workspace. A NAME that is not a command is looked up in the rule
-catalogue (kiln.rules); only then are the rules (and pydantic) imported.
+catalogue (rule_help.py renders it); only then are the rules (and pydantic)
+imported.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
 
 import click
 
 from kiln.cli.commands import BY_NAME, COMMANDS, Command, did_you_mean
 from kiln.errors import KilnError
-
-if TYPE_CHECKING:
-    from kiln.rule_api import Rule
 
 STARTUP_OPTIONS = "--noworkspace_rc --nohome_rc --output_base=DIR"
 
@@ -46,39 +42,14 @@ def help_text(name: str | None) -> str:
         return usage()
     if name in BY_NAME:
         return command_help(BY_NAME[name])
-    from kiln.rules import CATALOGUE, load_rule
+    from kiln.cli import rule_help  # the rules, and pydantic, only for a rule's help
 
-    if name in CATALOGUE:
-        return rule_help(load_rule(name))
+    text = rule_help.describe(name)
+    if text is not None:
+        return text
     raise KilnError(
         f"no command or rule named '{name}'",
-        hint=did_you_mean(name, [*BY_NAME, *CATALOGUE], "see 'kiln help' for the commands"),
+        hint=did_you_mean(
+            name, [*BY_NAME, *rule_help.rule_names()], "see 'kiln help' for the commands"
+        ),
     )
-
-
-def rule_help(rule: Rule) -> str:
-    """A rule's doc and its attributes: name, type, default, description.
-
-    The hook for rule documentation: attributes print the `description` of
-    their pydantic Field (`Field(description=...)`), where the rule gives one.
-    """
-    lines = [f"{rule.name}: {rule.doc.strip()}", "", "Attributes:"]
-    for name, field in rule.attrs.model_fields.items():
-        kind = _type_name(field.annotation)
-        default = "required" if field.is_required() else f"default {_default(field)}"
-        lines.append(f"  {name} ({kind}, {default})")
-        if field.description:
-            lines.append(f"      {field.description}")
-    return "\n".join(lines) + "\n"
-
-
-def _type_name(annotation: Any) -> str:
-    if getattr(annotation, "__args__", None):  # list[str], str | None, dict[str, int]
-        return str(annotation).replace("typing.", "")
-    return str(getattr(annotation, "__name__", annotation))
-
-
-def _default(field: Any) -> str:
-    if field.default_factory is not None:
-        return repr(field.default_factory())
-    return repr(field.default)
