@@ -76,12 +76,12 @@ class StatusPrinter(Reporter):
 
     def action_started(self, action: Action, lane: str) -> None:
         with self._lock:
-            self.running[action.primary_output.path] = (action, time.monotonic())
+            self.running[action.outputs[0].path] = (action, time.monotonic())
 
     def action_finished(self, outcome: ActionOutcome) -> None:
         action = outcome.action
         with self._lock:
-            self.running.pop(action.primary_output.path, None)
+            self.running.pop(action.outputs[0].path, None)
             self.done += 1
             done = self.done
         failure = outcome.failure

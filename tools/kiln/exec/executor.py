@@ -100,6 +100,7 @@ class Executor:
 
     def __post_init__(self) -> None:
         self.execroots = Execroots(self.output_base.execroot, self.workspace_root, self.cas)
+        self._root = str(self.workspace_root) + "/"  # sources are read by this prefix
 
     # -- the two entry points -----------------------------------------------
 
@@ -173,36 +174,35 @@ class Executor:
     # -- keys and caches ------------------------------------------------------
 
     def _key(self, action: Action) -> ActionKey:
-        known = self._keys.get(action.primary_output.path)
+        first = action.outputs[0].path
+        known = self._keys.get(first)
         if known is not None and known[0] is action:
             return known[1]
         key = compute_key(action, self._input_files(action), self.options.digest_function)
-        self._keys[action.primary_output.path] = (action, key)
+        self._keys[first] = (action, key)
         return key
 
     def _input_files(self, action: Action) -> dict[str, Digest]:
         """The digest of every concrete input file; a directory input gives its files."""
         digests: dict[str, Digest] = {}
-        for file in action.inputs:
-            if file.directory:
-                for path in self.outputs.files_in(file.path):
-                    digests[path] = self.outputs.digest(path)
-            elif not file.is_source:
-                digests[file.path] = self.outputs.digest(file.path)
-            else:
-                digests[file.path] = self._source_digest(file.path)
-        return digests
-
-    def _source_digest(self, path: str) -> Digest:
+        outputs, sources, root = self.outputs, self.digest_cache, self._root
         try:
-            return self.digest_cache.digest(str(self.workspace_root / path))
+            for file in action.inputs:
+                if file.directory:
+                    for path in outputs.files_in(file.path):
+                        digests[path] = outputs.digest(path)
+                elif file.is_source:
+                    digests[file.path] = sources.digest(root + file.path)
+                else:
+                    digests[file.path] = outputs.digest(file.path)
         except OSError as error:
             raise _ActionFailed(
-                f"cannot read its input {path}: {error.strerror} (make it readable, "
+                f"cannot read its input {file.path}: {error.strerror} (make it readable, "
                 "or take it out of the target's sources)"
             ) from None
         except KilnError as error:  # it changed while being hashed
             raise _ActionFailed(error.message) from None
+        return digests
 
     def _cached(self, action: Action, key: ActionKey) -> tuple[Source | None, bool]:
         """Where a result for `key` came from, delivered; and whether the remote missed."""

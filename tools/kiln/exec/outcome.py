@@ -13,6 +13,8 @@ from typing import Literal
 
 from kiln.action_graph import Action
 
+Status = Literal["cached", "executed", "failed"]
+
 
 class Source(enum.Enum):
     """Where an action's result came from. The values are what kiln prints
@@ -27,7 +29,7 @@ class Source(enum.Enum):
 
     @property
     def is_cache_hit(self) -> bool:
-        return self in (Source.DISK_CACHE_HIT, Source.REMOTE_CACHE_HIT, Source.UP_TO_DATE)
+        return _STATUS[self] == "cached"
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,8 @@ class Failure:
 class ActionOutcome:
     action: Action
     # Where the result came from; for a failure, where the action ran (None if it
-    # never started: interrupted, an input it could not read, ...).
+    # never started: interrupted, an input it could not read, ...). An outcome
+    # without a source always has its Failure.
     source: Source | None
     failure: Failure | None = None
     key: str = ""
@@ -52,15 +55,10 @@ class ActionOutcome:
     remote_miss: bool = False  # the remote cache was asked and had nothing usable
     printed: str = ""  # what a successful action wrote to stdout: Bazel's "INFO: From ..."
 
-    def __post_init__(self) -> None:
-        if self.source is None and self.failure is None:
-            raise ValueError("an outcome without a source is a failure: give the Failure")
-
     @property
-    def status(self) -> Literal["cached", "executed", "failed"]:
-        if self.failure is not None or self.source is None:
-            return "failed"
-        return "cached" if self.source.is_cache_hit else "executed"
+    def status(self) -> Status:
+        # Read several times per action (status line, events, summary): one lookup.
+        return "failed" if self.failure is not None else _STATUS[self.source]
 
     @property
     def remote(self) -> Literal["hit", "miss", ""]:
@@ -73,3 +71,14 @@ class ActionOutcome:
     def source_name(self) -> str:
         """The source as kiln prints it ("" when the action never started)."""
         return self.source.value if self.source is not None else ""
+
+
+_STATUS: dict[Source | None, Status] = {
+    Source.RAN_LOCALLY: "executed",
+    Source.RAN_IN_WORKER: "executed",
+    Source.FILE_WRITE: "executed",
+    Source.DISK_CACHE_HIT: "cached",
+    Source.REMOTE_CACHE_HIT: "cached",
+    Source.UP_TO_DATE: "cached",
+    None: "failed",
+}
