@@ -22,9 +22,12 @@ class LocalSpawner:
     def __init__(self) -> None:
         self._running: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
+        self._cancelled = False
 
     def spawn(self, request: SpawnRequest) -> SpawnResult:
         start = time.monotonic()
+        if self._cancelled:
+            return SpawnResult(-1, 0.0, Source.RAN_LOCALLY, crashed=True, message="interrupted")
         with request.stdout.open("wb") as out, request.stderr.open("wb") as err:
             try:
                 process = subprocess.Popen(
@@ -41,6 +44,8 @@ class LocalSpawner:
                 return SpawnResult(127, 0.0, Source.RAN_LOCALLY, message=message)
             with self._lock:
                 self._running[process.pid] = process
+                if self._cancelled:  # Ctrl-C came while it started: it goes too
+                    _kill_group(process)
             try:
                 try:
                     code = process.wait(timeout=request.timeout)
@@ -66,6 +71,7 @@ class LocalSpawner:
 
     def cancel_all(self) -> None:
         with self._lock:
+            self._cancelled = True
             running = list(self._running.values())
         for process in running:
             _kill_group(process)

@@ -67,7 +67,8 @@ class Spawner(Protocol):
         ...
 
     def cancel_all(self) -> None:
-        """Ctrl-C: kill every running command and what it started; their spawn() return."""
+        """Ctrl-C: kill every running command and what it started; their spawn() return,
+        and a spawn() after this returns at once, crashed, "interrupted"."""
         ...
 
     def close(self) -> None:

@@ -25,10 +25,13 @@ class WorkerSpawner:
         self._preload = preload
         self._pool: WorkerPool | None = None
         self._lock = threading.Lock()
+        self._cancelled = False
 
     def spawn(self, request: SpawnRequest) -> SpawnResult:
         from kiln.workers.protocol import WorkRequest
 
+        if self._cancelled:
+            return SpawnResult(-1, 0.0, Source.RAN_IN_WORKER, crashed=True, message="interrupted")
         work = WorkRequest(
             request.argv,
             dict(request.env),
@@ -63,6 +66,7 @@ class WorkerSpawner:
             return self._pool
 
     def cancel_all(self) -> None:
+        self._cancelled = True
         if self._pool is not None:
             self._pool.kill_all()
 
