@@ -474,7 +474,6 @@ def test_editing_kiln_code_regenerates_what_it_renders(built: Built, tmp_path: P
     second = _run(build, cwd=workspace, env=env, timeout=900)
     _check(second, "kiln build after editing cc_templates.py")
     assert "class EditedMlpPt2 {" in header.read_text()
-    assert "0 executed" not in second.stderr
 
 
 def _no_caches(directory: str, names: list[str]) -> list[str]:

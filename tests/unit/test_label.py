@@ -162,7 +162,12 @@ def test_target_name_problem_says_why_a_name_is_invalid() -> None:
 # -- target patterns -----------------------------------------------------------
 
 
-@given(labels)
+# As in Bazel, `:all`, `:all-targets` and `:*` after a package are always its wildcards:
+# a target of such a name cannot be named by a single-target pattern.
+WILDCARD_NAMES = ("all", "all-targets", "*")
+
+
+@given(labels.filter(lambda label: label.name not in WILDCARD_NAMES))
 def test_a_label_is_a_single_target_pattern(label: Label) -> None:
     pattern = TargetPattern.parse(str(label), "cwd")
     assert (pattern.kind, pattern.label, pattern.negative) == (PatternKind.SINGLE, label, False)
