@@ -5,10 +5,13 @@
 Actions, each cached on its own:
 
     TorchExport   model source + weights -> <name>.ep.pt2 (canonical: no stack traces)
+                  and <name>.golden.safetensors (eager's outputs at min/opt/max)
     AotiPackage   <name>.ep.pt2 -> <name>.pt2          (10-60 s; early cutoff: an edit
                                                         that keeps the graph is a hit)
-    AotiValidate  <name>.pt2 vs eager at min/opt/max -> <name>.validation.json
-    FileWrite     the C++ loader library (<name>_loader/...)
+    AotiValidate  <name>.pt2 vs the goldens at min/opt/max -> <name>.validation.json
+                  (reads no model source: an edit that keeps eager's outputs is a hit)
+    FileWrite     the C++ loader library (<name>_loader/...) and the Python loader
+                  (<name>_loader.py)
 
 Backend "tensorrt" compiles with Torch-TensorRT and needs torch_tensorrt.
 """
@@ -59,8 +62,25 @@ class AotiPackageAttrs(RuleAttrs):
     validate_: bool = Field(
         default=True, alias="validate", description="check the package against eager"
     )
-    rtol: float = Field(default=1e-4, ge=0, description="validation's relative tolerance")
-    atol: float = Field(default=1e-4, ge=0, description="validation's absolute tolerance")
+    # Each output passes if max |package - eager| <= atol + rtol * max |eager| and the
+    # cosine similarity of the two is >= min_cosine: tolerances scale with the output, so
+    # an all-zero package fails even where eager's outputs are of magnitude 1e-5.
+    rtol: float = Field(
+        default=1e-4,
+        ge=0,
+        description="validation's tolerance, relative to each output's largest magnitude",
+    )
+    atol: float = Field(
+        default=0.0,
+        ge=0,
+        description="validation's absolute floor, for outputs that are (nearly) all zero",
+    )
+    min_cosine: float = Field(
+        default=0.999,
+        ge=-1,
+        le=1,
+        description="validation: the lowest cosine similarity of an output with eager's",
+    )
     # Torch-TensorRT settings (backend = "tensorrt")
     min_block_size: int = Field(default=1, ge=1, description="Torch-TensorRT min_block_size")
     workspace_size: int = Field(
@@ -123,11 +143,22 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
         )
 
     program = ctx.declare_file(f"{name}.ep.pt2")
+    # Eager's outputs at the shape points, for validation: made where the model is built
+    # anyway, so that validation reads no model source (a comment-only edit re-runs
+    # only the export, whose outputs come out byte-identical).
+    goldens = ctx.declare_file(f"{name}.golden.safetensors") if attrs.validate_ else None
     export_spec = ctx.declare_file(f"{name}.export.json")
     ctx.actions.write_spec(
-        export_spec, ExportSpec(model=model.spec, device=attrs.device, output=program.path)
+        export_spec,
+        ExportSpec(
+            model=model.spec,
+            device=attrs.device,
+            output=program.path,
+            goldens=goldens.path if goldens else None,
+        ),
     )
-    run("TorchExport", "torch_export", export_spec, model.files, [program], 2000)
+    exported = [program, *([goldens] if goldens else [])]
+    run("TorchExport", "torch_export", export_spec, model.files, exported, 2000)
 
     package = ctx.declare_file(f"{name}.pt2")
     package_spec = ctx.declare_file(f"{name}.package.json")
@@ -147,27 +178,32 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
     run("AotiPackage", "aoti_package", package_spec, [program], [package], attrs.memory_mb)
 
     outputs = [package]
-    if attrs.validate_:
+    if goldens is not None:
         report = ctx.declare_file(f"{name}.validation.json")
         validate_spec = ctx.declare_file(f"{name}.validate.json")
         ctx.actions.write_spec(
             validate_spec,
             ValidateSpec(
-                model=model.spec,
+                label=ctx.label,
+                model=model.label,
+                signature=model.signature,
+                goldens=goldens.path,
                 package=package.path,
                 output=report.path,
                 device=attrs.device,
                 backend=attrs.backend,
                 rtol=attrs.rtol,
                 atol=attrs.atol,
+                min_cosine=attrs.min_cosine,
             ),
         )
-        # Never in a worker: a package that aborts must fail this check, not a worker.
+        # The package and eager's goldens, not the model's source. Never in a worker:
+        # a package that aborts must fail this check, not a worker.
         run(
             "AotiValidate",
             "validate",
             validate_spec,
-            [package, *model.files],
+            [package, goldens],
             [report],
             2000,
             workers=False,

@@ -70,7 +70,11 @@ def fails_twice(ws: ModelWorkspace, expected: str) -> str:
 
 def test_factory_that_raises(tmp_path: Path) -> None:
     ws = workspace(tmp_path, factory='raise RuntimeError("checkpoint not found")')
-    err = fails_twice(ws, "factory net:build raised RuntimeError: checkpoint not found")
+    err = fails_twice(
+        ws,
+        "kiln-action-error: models/net.py:16: //models:net: the factory net:build raised "
+        "RuntimeError: checkpoint not found",
+    )
     assert "ERROR: models/BUILD:10:1: TorchExport //models:net_pt2 failed" in err
 
 
@@ -147,7 +151,9 @@ def test_error_text_is_short_and_names_the_target(tmp_path: Path) -> None:
     run = ws.build("//models:net_pt2")
     lines = [line for line in run.err.splitlines() if line.startswith(("ERROR", "kiln-action"))]
     assert lines[0].startswith("ERROR: models/BUILD:10:1: TorchExport //models:net_pt2 failed")
-    assert textwrap.shorten(lines[1], 200).startswith("kiln-action-error: factory net:build")
+    assert textwrap.shorten(lines[1], 200).startswith(
+        "kiln-action-error: models/net.py:16: //models:net: the factory net:build"
+    )
 
 
 def test_cuda_package_on_a_machine_without_gpu(tmp_path: Path) -> None:

@@ -92,7 +92,14 @@ def test_package_is_validated_against_eager(mlp: ModelWorkspace) -> None:
     report = json.loads((mlp.root / "kiln-out/models/mlp_pt2.validation.json").read_text())
     assert [c["point"] for c in report["checks"]] == ["min", "opt", "max"]
     assert [c["shapes"]["x"][0] for c in report["checks"]] == [1, 8, 64]
-    assert report["max_abs_error"] < 1e-4
+    assert (report["rtol"], report["atol"], report["min_cosine"]) == (1e-4, 0.0, 0.999)
+    for check in report["checks"]:
+        (output,) = check["outputs"]  # abs and relative errors of each output at each point
+        assert output["output"] == "output"
+        assert output["shape"] == [check["shapes"]["x"][0], 4]
+        assert output["max_abs_error"] <= 1e-4 * output["reference_max"]
+        assert output["relative_error"] < 1e-4 and output["cosine"] > 0.999 and output["ok"]
+    assert report["max_relative_error"] < 1e-4
     assert (mlp.root / "kiln-out/models/mlp_pt2.pt2").stat().st_size > 100_000
 
 
@@ -122,7 +129,11 @@ def test_noop_rebuild_runs_nothing(mlp: ModelWorkspace) -> None:
 
 
 def test_edit_that_keeps_the_graph_reruns_export_but_not_packaging(mlp: ModelWorkspace) -> None:
-    """Early cutoff: comments, formatting and a renamed local leave the program as it was."""
+    """Early cutoff: comments, formatting and a renamed local leave the program, and eager's
+    golden outputs, as they were: packaging and validation (which reads no model source)
+    are cache hits."""
+    goldens = mlp.root / "kiln-out/models/mlp_pt2.golden.safetensors"
+    before = goldens.read_bytes()
     source = mlp.root / "models/mlp.py"
     original = source.read_text()
     edited = "# A comment that shifts every line below it.\n\n" + original.replace(
@@ -134,8 +145,11 @@ def test_edit_that_keeps_the_graph_reruns_export_but_not_packaging(mlp: ModelWor
         assert run.code == 0, run.err
         assert run.actions("TorchExport") == ["executed"]
         assert run.actions("AotiPackage") == ["cached"]
+        assert run.actions("AotiValidate") == ["cached"]
         assert "EXPLAIN: TorchExport //models:mlp_pt2: input changed: models/mlp.py" in run.err
         assert "EXPLAIN: AotiPackage" not in run.err
+        assert "EXPLAIN: AotiValidate" not in run.err
+        assert goldens.read_bytes() == before
     finally:
         source.write_text(original)
 

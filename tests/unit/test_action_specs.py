@@ -7,6 +7,7 @@ them as canonical JSON; each `python -m kiln.actions.<name>` reads its record ba
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -153,12 +154,21 @@ EXPORT = ExportSpec.from_json(
                     "seed": 0,
                 },
                 "signature": {
-                    "inputs": [{"name": "x", "shape": [2, 3], "dtype": "float32"}],
+                    "inputs": [
+                        {
+                            "name": "x",
+                            "shape": [2, 3],
+                            "dtype": "float32",
+                            "low": None,
+                            "high": None,
+                        }
+                    ],
                     "dynamic_dims": [],
                 },
             },
             "device": "cpu",
             "output": "kiln-out/m/m.ep.pt2",
+            "goldens": "kiln-out/m/m.golden.safetensors",
         }
     )
 )
@@ -255,3 +265,36 @@ def test_ranges_widen_each_dynamic_dim_and_keep_an_opt_of_zero() -> None:
 def test_a_static_model_is_checked_at_its_example_alone() -> None:
     signature = ModelSignature(inputs=(TensorSpec(name="x", shape=(2, 3)),), dynamic_dims=())
     assert signature.shape_points() == (("example", {"x": (2, 3)}),)
+
+
+# -- value ranges of integer inputs --------------------------------------------------------------
+
+
+def test_an_integer_input_declares_the_values_it_takes() -> None:
+    ids = TensorSpec(name="ids", shape=(2, 8), dtype="int64", low=0, high=50257)
+    assert ids.value_range == (0, 50257)
+    assert TensorSpec(name="x", shape=(2,)).value_range is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"dtype": "float32", "low": 0, "high": 4},
+            "input 'ids' is float32: low/high apply to integer inputs (int32, int64, int8) only",
+        ),
+        ({"dtype": "int64", "low": 0}, "input 'ids': give both low and high, or neither"),
+        (
+            {"dtype": "int64", "low": 5, "high": 5},
+            "input 'ids': low 5 must be below high 5 (high is exclusive, as in torch.randint)",
+        ),
+        (
+            {"dtype": "int8", "low": 0, "high": 300},
+            "input 'ids': [0, 300) does not fit int8 ([-128, 128))",
+        ),
+    ],
+    ids=["float", "half", "empty", "overflow"],
+)
+def test_a_value_range_that_cannot_be_is_refused(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        TensorSpec(name="ids", shape=(2, 8), **fields)

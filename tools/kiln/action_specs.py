@@ -152,12 +152,65 @@ def _describe(error: ValidationError) -> str:
 # -- the model ---------------------------------------------------------------------
 
 
+INTEGER_DTYPES = frozenset({"int64", "int32", "int8"})
+_INTEGER_BOUNDS = {
+    "int64": (-(2**63), 2**63 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "int8": (-128, 127),
+}
+
+
 class TensorSpec(Record):
-    """One example input of a model: what torch.export traces with."""
+    """One example input of a model: what torch.export traces with.
+
+    An integer input may declare the values it takes, `low` (inclusive) to `high`
+    (exclusive) as torch.randint counts them: token ids of a vocabulary of 50257
+    are `low = 0, high = 50257`. Export and validation sample the whole range
+    (both ends included), and the generated loaders refuse values outside it.
+    Without a range, integer inputs are sampled from [0, 10) and not checked.
+    """
 
     name: str = Field(description="the input's name (forward()'s argument at that position)")
     shape: Shape = Field(description="the example's shape; a dynamic dim widens one axis")
     dtype: DType = Field(default="float32", description="torch dtype name")
+    low: int | None = Field(
+        default=None, description="integer inputs: the smallest value (inclusive)"
+    )
+    high: int | None = Field(
+        default=None,
+        description="integer inputs: the end of the values, exclusive (e.g. the vocabulary size)",
+    )
+
+    @model_validator(mode="after")
+    def _value_range(self) -> Self:
+        if self.low is None and self.high is None:
+            return self
+        if self.dtype not in INTEGER_DTYPES:
+            raise ValueError(
+                f"input '{self.name}' is {self.dtype}: low/high apply to integer inputs "
+                f"({', '.join(sorted(INTEGER_DTYPES))}) only"
+            )
+        if self.low is None or self.high is None:
+            raise ValueError(f"input '{self.name}': give both low and high, or neither")
+        if self.low >= self.high:
+            raise ValueError(
+                f"input '{self.name}': low {self.low} must be below high {self.high} "
+                "(high is exclusive, as in torch.randint)"
+            )
+        lo, hi = _INTEGER_BOUNDS[self.dtype]
+        if self.low < lo or self.high - 1 > hi:
+            raise ValueError(
+                f"input '{self.name}': [{self.low}, {self.high}) does not fit {self.dtype} "
+                f"([{lo}, {hi + 1}))"
+            )
+        return self
+
+    @property
+    def value_range(self) -> tuple[int, int] | None:
+        """[low, high) of an integer input that declares one."""
+        if self.low is None or self.high is None:
+            return None
+        return (self.low, self.high)
 
 
 class DynamicDim(Record):
@@ -268,11 +321,13 @@ class WeightsSpec(Spec):
 
 
 class ExportSpec(Spec):
-    """TorchExport: torch.export the model, save the program without stack traces."""
+    """TorchExport: torch.export the model, save the program without stack traces, and
+    (when `goldens` is set) record eager's outputs at every shape point for validation."""
 
     model: ModelSpec
     device: Device
     output: str
+    goldens: str | None  # <name>.golden.safetensors; None: the package is not validated
 
 
 class TensorRTSettings(Record):
@@ -311,21 +366,78 @@ class PackageSpec(Spec):
 
 
 class ValidateSpec(Spec):
-    """AotiValidate: the package against eager at every shape point, in a fresh process."""
+    """AotiValidate: the package against eager's golden outputs at every shape point.
 
-    model: ModelSpec
+    It holds no model source: the goldens (written by TorchExport) are the reference,
+    so an edit of the model that keeps the exported program re-runs neither the
+    packaging nor this check.
+    """
+
+    label: str  # the aoti_package's, for messages
+    model: str  # the torch_model's label, for messages
+    signature: ModelSignature  # regenerates the inputs the goldens were computed on
+    goldens: str
     package: str
     output: str
     device: Device
     backend: Backend
-    rtol: float
-    atol: float
+    rtol: float  # relative to the largest magnitude of each eager output
+    atol: float  # an absolute floor, for outputs that are (nearly) all zero
+    min_cosine: float  # per output, of the package's values against eager's
+
+
+# -- golden outputs ------------------------------------------------------------------
+
+
+class GoldenOutput(Record):
+    """One output tensor of the eager model at one shape point."""
+
+    path: str  # its place in the model's output, as torch's pytree writes it: "", "[0]", ".logits"
+    tensor: str  # its name in the safetensors file: "<point>/<index>"
+    shape: Shape
+    dtype: str  # torch's name without "torch.", e.g. "float32"
+
+
+class GoldenPoint(Record):
+    point: Point
+    shapes: dict[str, Shape]
+    outputs: tuple[GoldenOutput, ...]
+
+
+class GoldenOutputs(Spec):
+    """What TorchExport's <name>.golden.safetensors holds, kept as that file's metadata.
+
+    The inputs are not stored: they are example_inputs(signature.inputs, shapes,
+    seed=input_seed), deterministic on one torch version, so validation regenerates them.
+    """
+
+    model: str  # the torch_model's label
+    input_seed: int
+    points: tuple[GoldenPoint, ...]
+
+
+# -- what validation found -------------------------------------------------------------
+
+
+class OutputCheck(Record):
+    """One output at one shape point: the package against eager."""
+
+    output: str  # GoldenOutput.path, or "output" for a model's single tensor
+    shape: Shape
+    max_abs_error: float
+    reference_max: float  # max |eager|: the scale rtol applies to
+    relative_error: float | None  # max_abs_error / reference_max; None where eager is all 0
+    cosine: float  # of the flattened values; 1.0 where both are all zero
+    ok: bool
 
 
 class ValidationCheck(Record):
     point: Point
     shapes: dict[str, Shape]
     max_abs_error: float
+    max_relative_error: float | None
+    min_cosine: float
+    outputs: tuple[OutputCheck, ...]
     ok: bool
 
 
@@ -333,7 +445,11 @@ class ValidationReport(Spec):
     """What AotiValidate found: <name>.validation.json."""
 
     package: str
+    rtol: float
+    atol: float
+    min_cosine: float  # the threshold; each check records the lowest cosine it saw
     max_abs_error: float
+    max_relative_error: float | None
     checks: tuple[ValidationCheck, ...]
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from kiln.action_specs import PackageSpec
 from kiln.actions import spec as action_spec
-from kiln.actions.spec import ActionFailure
+from kiln.actions.errors import ActionError, summary
 
 
 @contextlib.contextmanager
@@ -103,10 +103,21 @@ def _inductor(program: Any, spec: PackageSpec, output: Path) -> None:
             program, package_path=str(output), inductor_configs=dict(spec.inductor_configs)
         )
     except Exception as error:
-        raise ActionFailure(
-            f"AOTInductor packaging failed: {type(error).__name__}: {str(error).strip()[:2000]}"
+        raise ActionError(
+            f"AOTInductor packaging failed: {summary(error)}{_compiler_error(error)}",
+            hint="try another cpu_target or other inductor_configs of the aoti_package; "
+            "--verbose_failures shows torch's whole message",
+            cause=error,
         ) from error
 
 
+def _compiler_error(error: Exception) -> str:
+    """The first `error:` line of a C++ compiler's output inside torch's message."""
+    for line in str(error).splitlines():
+        if "error:" in line:
+            return f" ({line.strip()})"
+    return ""
+
+
 if __name__ == "__main__":
-    action_spec.run(main, PackageSpec, sys.argv[1:])
+    action_spec.run(main, PackageSpec, sys.argv[1:], quiet=True)

@@ -27,4 +27,4 @@ def main(spec: WeightsSpec) -> None:
 
 
 if __name__ == "__main__":
-    action_spec.run(main, WeightsSpec, sys.argv[1:])
+    action_spec.run(main, WeightsSpec, sys.argv[1:], quiet=True)

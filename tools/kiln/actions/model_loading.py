@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from kiln.action_specs import ModelSignature, ModelSource, TensorSpec
-from kiln.actions.spec import ActionFailure
+from kiln.actions.errors import ActionError, summary, user_location
 
 DTYPES = {
     "float32": torch.float32,
@@ -24,8 +24,12 @@ DTYPES = {
 }
 
 
-def build_model(model: ModelSource) -> torch.nn.Module:
-    """Import `module:function` from the model's source directory and call it."""
+def build_model(model: ModelSource, label: str | None = None) -> torch.nn.Module:
+    """Import `module:function` from the model's source directory and call it.
+
+    `label` (the torch_model's) names the target in errors; an error inside the
+    user's code names its file and line.
+    """
     src = Path(model.src)
     module_name, _, function_name = model.factory.partition(":")
     directory = str(src.parent.resolve())
@@ -34,13 +38,21 @@ def build_model(model: ModelSource) -> torch.nn.Module:
     try:
         module = importlib.import_module(module_name)
     except Exception as error:
-        raise ActionFailure(
-            f"cannot import '{module_name}' from {src}: {type(error).__name__}: {error}"
+        raise ActionError(
+            f"cannot import '{module_name}' from {src}: {summary(error)}",
+            label=label,
+            location=user_location(error),
+            hint=_import_hint(error, label),
+            cause=error,
         ) from error
     factory = getattr(module, function_name, None)
     if not callable(factory):
-        raise ActionFailure(
-            f"{src} defines no function '{function_name}' (factory {model.factory})"
+        raise ActionError(
+            f"{src} defines no function '{function_name}' (factory {model.factory})",
+            label=label,
+            hint=f"set factory of {label} to 'module:function' of a function in {src}"
+            if label
+            else None,
         )
     # Models without weights are initialized randomly: seed it, so export and
     # validation (separate processes) build the very same model.
@@ -48,19 +60,40 @@ def build_model(model: ModelSource) -> torch.nn.Module:
     try:
         built = factory(**model.factory_kwargs)
     except Exception as error:
-        raise ActionFailure(
-            f"factory {model.factory} raised {type(error).__name__}: {error}"
+        raise ActionError(
+            f"the factory {model.factory} raised {summary(error)}",
+            label=label,
+            location=user_location(error),
+            hint=_factory_hint(error, model, label),
+            cause=error,
         ) from error
     if not isinstance(built, torch.nn.Module):
-        raise ActionFailure(
-            f"factory {model.factory} returned {type(built).__name__}, not a torch.nn.Module"
+        raise ActionError(
+            f"the factory {model.factory} returned {type(built).__name__}, not a torch.nn.Module",
+            label=label,
         )
     if model.weights:
-        load_weights(built, Path(model.weights))
+        load_weights(built, Path(model.weights), label)
     return built.eval()
 
 
-def load_weights(module: torch.nn.Module, path: Path) -> None:
+def _import_hint(error: Exception, label: str | None) -> str | None:
+    if isinstance(error, ModuleNotFoundError) and label:
+        return (
+            f"a file the model imports is missing from the action: list it in deps of {label}, "
+            "or install the package it names"
+        )
+    return None
+
+
+def _factory_hint(error: Exception, model: ModelSource, label: str | None) -> str | None:
+    if isinstance(error, TypeError) and "argument" in str(error) and label:
+        given = ", ".join(sorted(model.factory_kwargs)) or "none"
+        return f"check factory_kwargs of {label} (given: {given}) against the factory's parameters"
+    return None
+
+
+def load_weights(module: torch.nn.Module, path: Path, label: str | None = None) -> None:
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
@@ -80,7 +113,13 @@ def load_weights(module: torch.nn.Module, path: Path) -> None:
             + (" ..." if len(result.unexpected_keys) > 5 else "")
         )
     if problems:
-        raise ActionFailure(f"weights {path} do not match the model ({'; '.join(problems)})")
+        raise ActionError(
+            f"weights {path} do not match the model ({'; '.join(problems)})",
+            label=label,
+            hint=f"weights of {label} must be a state dict of the module its factory returns"
+            if label
+            else None,
+        )
 
 
 def example_inputs(
@@ -88,7 +127,12 @@ def example_inputs(
     shapes: dict[str, tuple[int, ...]] | None = None,
     seed: int = 0,
 ) -> tuple[torch.Tensor, ...]:
-    """Deterministic example tensors (same seed, same bytes) of the declared specs."""
+    """Deterministic example tensors (same seed, same bytes) of the declared specs.
+
+    Integer inputs with a declared [low, high) are sampled across it, and hold both
+    of its ends (the first and last element), so that a model that cannot take its
+    whole declared range (token ids past the vocabulary) fails here, not in production.
+    """
     generator = torch.Generator().manual_seed(seed)
     tensors = []
     for spec in inputs:
@@ -99,7 +143,12 @@ def example_inputs(
         elif dtype == torch.bool:
             tensor = torch.randint(0, 2, shape, generator=generator).bool()
         else:
-            tensor = torch.randint(0, 10, shape, generator=generator).to(dtype)
+            low, high = spec.value_range or (0, 10)
+            tensor = torch.randint(low, high, shape, generator=generator, dtype=torch.int64)
+            if spec.value_range is not None and tensor.numel():
+                flat = tensor.view(-1)
+                flat[0], flat[-1] = low, high - 1
+            tensor = tensor.to(dtype)
         tensors.append(tensor)
     return tuple(tensors)
 

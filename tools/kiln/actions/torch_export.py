@@ -1,4 +1,5 @@
-"""TorchExport: torch.export.export the model, save the program in a canonical form.
+"""TorchExport: torch.export.export the model, save the program in a canonical form,
+and record eager's outputs at every shape point (the goldens validation compares with).
 
 The saved program leaves out each node's `stack_trace` metadata: it holds
 the absolute source path and line numbers, so a comment-only edit would
@@ -6,60 +7,69 @@ change the bytes. Without it, an edit that leaves the graph alone (comments,
 formatting, a renamed local) yields a byte-identical program, and the
 expensive packaging action that reads it is a cache hit: early cutoff, with
 no special case in the executor.
+
+The goldens (`<name>.golden.safetensors`) are the same kind of cutoff point for
+validation: eager's outputs on deterministic inputs at the min/opt/max shapes
+(ModelSignature.shape_points()), computed on one intra-op thread so that their
+bytes depend on the model and its inputs, not on how many cores the builder has.
+An edit that leaves the model's arithmetic alone leaves them byte-identical, and
+validation, which reads only them and the package, is a cache hit too.
+
+Failures are one paragraph each (kiln.actions.model_traps): the model fails on
+its example inputs, torch.export refuses it, or the model fails at a shape point.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from kiln.action_specs import Device, ExportSpec, ModelSignature, ModelSpec
+from kiln.action_specs import ExportSpec, GoldenOutput, GoldenOutputs, GoldenPoint, ModelSpec
 from kiln.actions import spec as action_spec
 from kiln.actions.model_loading import build_model, dynamic_shapes, example_inputs
-from kiln.actions.spec import ActionFailure
+from kiln.actions.model_traps import eager_failure, export_failure
+
+# The seed of the inputs at the shape points (the example inputs use 0).
+GOLDEN_SEED = 1
 
 
-def export(model: ModelSpec, device: Device) -> torch.export.ExportedProgram:
-    where = torch.device(device)
-    module = build_model(model.source).to(where)
+def export(
+    module: torch.nn.Module, model: ModelSpec, args: tuple[torch.Tensor, ...]
+) -> torch.export.ExportedProgram:
     signature = model.signature
-    args = tuple(t.to(where) for t in example_inputs(signature.inputs))
     try:
         with torch.no_grad():
             return torch.export.export(module, args, dynamic_shapes=dynamic_shapes(signature))
     except Exception as error:
-        raise ActionFailure(_explain_export_error(error, signature)) from error
+        raise export_failure(
+            error, label=model.label, signature=signature, module=module
+        ) from error
 
 
-def _explain_export_error(error: Exception, signature: ModelSignature) -> str:
-    text = f"{type(error).__name__}: {str(error).strip()}"
-    first = text.splitlines()[0] if text else type(error).__name__
-    shapes = {spec.name: spec.shape for spec in signature.inputs}
-    for dim in signature.dynamic_dims:
-        for input_name, axis in dim.axes.items():
-            shape = list(shapes[input_name])
-            if shape[axis] == 1 and dim.max > 1:
-                return (
-                    f"torch.export failed: {first}\n"
-                    f"The example input '{input_name}' has size 1 on axis {axis}, which "
-                    f"torch.export specializes to a constant, so the dynamic dimension "
-                    f"'{dim.name}' cannot vary. Export from an example of size 2 or more "
-                    f"inside [{dim.min}, {dim.max}] (e.g. shape {_with(shape, axis, 2)})."
-                )
-    if "data-dependent" in text.lower() or "GuardOnDataDependent" in text:
-        return (
-            f"torch.export failed: the model has data-dependent control flow.\n{first}\n"
-            "Rewrite the branch with torch.cond, or make it independent of tensor values."
-        )
-    return f"torch.export failed: {first}"
-
-
-def _with(shape: list[int], axis: int, value: int) -> list[int]:
-    out = list(shape)
-    out[axis] = value
-    return out
+def run_eager(
+    module: torch.nn.Module,
+    model: ModelSpec,
+    args: tuple[torch.Tensor, ...],
+    point: str,
+    shapes: dict[str, tuple[int, ...]] | None = None,
+) -> Any:
+    try:
+        with torch.no_grad():
+            return module(*args)
+    except Exception as error:
+        raise eager_failure(
+            error,
+            label=model.label,
+            signature=model.signature,
+            args=args,
+            point=point,
+            shapes=shapes,
+        ) from error
 
 
 def canonicalize(program: torch.export.ExportedProgram) -> None:
@@ -72,13 +82,87 @@ def canonicalize(program: torch.export.ExportedProgram) -> None:
             node.meta.pop("stack_trace", None)
 
 
+def flat_outputs(value: Any) -> list[tuple[str, torch.Tensor]]:
+    """(pytree path, tensor) of every tensor in a model's output, in the order the
+    exported program returns them ("" for a model that returns one tensor)."""
+    from torch.utils import _pytree as pytree
+
+    leaves, _ = pytree.tree_flatten_with_path(value)
+    return [(pytree.keystr(path), leaf) for path, leaf in leaves if isinstance(leaf, torch.Tensor)]
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def golden_outputs(
+    module: torch.nn.Module, model: ModelSpec, device: torch.device
+) -> tuple[GoldenOutputs, dict[str, torch.Tensor]]:
+    """Eager's outputs at every shape point: the record and the tensors by name."""
+    tensors: dict[str, torch.Tensor] = {}
+    points = []
+    signature = model.signature
+    with one_thread():
+        for point, shapes in signature.shape_points():
+            args = tuple(
+                t.to(device) for t in example_inputs(signature.inputs, shapes, seed=GOLDEN_SEED)
+            )
+            outputs = []
+            for i, (path, tensor) in enumerate(
+                flat_outputs(run_eager(module, model, args, point, shapes))
+            ):
+                name = f"{point}/{i}"
+                # Own, contiguous CPU copies: safetensors refuses shared or strided storage.
+                tensors[name] = tensor.detach().to("cpu").contiguous().clone()
+                outputs.append(
+                    GoldenOutput(
+                        path=path,
+                        tensor=name,
+                        shape=tuple(tensor.shape),
+                        dtype=str(tensor.dtype).removeprefix("torch."),
+                    )
+                )
+            points.append(GoldenPoint(point=point, shapes=shapes, outputs=tuple(outputs)))
+    record = GoldenOutputs(model=model.label, input_seed=GOLDEN_SEED, points=tuple(points))
+    return record, tensors
+
+
+def write_goldens(path: Path, record: GoldenOutputs, tensors: dict[str, torch.Tensor]) -> None:
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path), metadata={"kiln": record.to_json()})
+
+
+def export_model(
+    model: ModelSpec, device: torch.device
+) -> tuple[torch.nn.Module, torch.export.ExportedProgram]:
+    """Build the module and export it from its example inputs."""
+    module = build_model(model.source, model.label).to(device)
+    args = tuple(t.to(device) for t in example_inputs(model.signature.inputs))
+    # Eager first: a model that cannot take its declared inputs fails here, in its own
+    # code, not deep inside torch.export's tracing.
+    run_eager(module, model, args, "example")
+    return module, export(module, model, args)
+
+
 def main(spec: ExportSpec) -> None:
-    program = export(spec.model, spec.device)
+    model = spec.model
+    device = torch.device(spec.device)
+    module, program = export_model(model, device)
     canonicalize(program)
     output = Path(spec.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     torch.export.save(program, output)
+    if spec.goldens is not None:
+        write_goldens(Path(spec.goldens), *golden_outputs(module, model, device))
 
 
 if __name__ == "__main__":
-    action_spec.run(main, ExportSpec, sys.argv[1:])
+    action_spec.run(main, ExportSpec, sys.argv[1:], quiet=True)

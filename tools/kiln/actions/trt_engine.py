@@ -77,7 +77,7 @@ def main(spec: TrtEngineSpec) -> None:
         ) from error
 
     from kiln.actions.model_loading import DTYPES, dynamic_shapes, example_inputs
-    from kiln.actions.torch_export import export
+    from kiln.actions.torch_export import export_model
 
     windows = spec.target_platform == "windows_x86_64"
     flavour = _flavour(torch_tensorrt)
@@ -89,7 +89,7 @@ def main(spec: TrtEngineSpec) -> None:
             "TensorRT on Linux x86-64 (the TensorRT-RTX flavour cannot)"
         )
 
-    program = export(spec.model, spec.device)
+    _, program = export_model(spec.model, torch.device(spec.device))
     # Read before compiling: Torch-TensorRT lowers the program it is given.
     io = program_io(program, spec.ranges)
     inputs = [
