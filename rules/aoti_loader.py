@@ -1,4 +1,4 @@
-"""The C++ loader library of an aoti_package, generated from the templates in templates/.
+"""The loaders of an aoti_package, C++ and Python, generated from the templates in templates/.
 
 For `aoti_package(name = "resnet_pt2", ...)` in //models, analysis writes
 
@@ -9,15 +9,21 @@ For `aoti_package(name = "resnet_pt2", ...)` in //models, analysis writes
         BUILD.bazel                  cc_library(name = "resnet_pt2"), the .pt2 as data: the
                                      build_file of a repository over kiln-out/models
 
-The class checks what a loaded AOTInductor package does not (torch-facts: it
+    kiln-out/models/resnet_pt2_loader.py   class ResnetPt2 for Python: the same checks,
+                                           the same messages (InputError), outputs in the
+                                           model's own structure
+
+The classes check what a loaded AOTInductor package does not (torch-facts: it
 checks nothing by default): the number of inputs, each input's dtype and
-device, every static dimension against the example shape and every dynamic
-dimension against its declared [min, max]. Everything is rendered here, at
-analysis time, into FileWrite actions.
+device, every static dimension against the example shape, every dynamic
+dimension against its declared [min, max], and the values of integer inputs
+that declare low/high (token ids past the vocabulary abort the process
+otherwise). Everything is rendered here, at analysis time, into FileWrite actions.
 """
 
 from __future__ import annotations
 
+import keyword
 import posixpath
 import re
 from dataclasses import dataclass
@@ -51,6 +57,7 @@ _CXX_RESERVED = frozenset(_CXX_KEYWORDS.split())
 
 # The loader's own members and parameters, which an input's parameter must not shadow.
 _TAKEN = frozenset({"inputs", "run", "check", "at", "c10", "std", "torch"})
+_PY_TAKEN = frozenset({"self", "torch", "Any"})
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,28 @@ def declare_loader_library(
     return list(files.values())
 
 
+def declare_python_loader(
+    ctx: RuleContext[Any], *, package: File, model: TorchModelInfo, device: str, backend: str
+) -> File:
+    """Declares <name>_loader.py beside the package: one FileWrite action."""
+    loader = ctx.declare_file(f"{ctx.name}_loader.py")
+    if posixpath.dirname(loader.path) != posixpath.dirname(package.path):
+        raise ValueError(f"the package {package.path} is not beside {loader.path}")
+    # As seen from the C++ loader's folder, a sibling of both.
+    package_file = posixpath.basename(package.path)
+    source = LoaderSource(ctx.name, ctx.label, model, device, backend, f"../{package_file}")
+    ctx.actions.write(loader, render_python_loader(source))
+    return loader
+
+
+def render_python_loader(source: LoaderSource) -> str:
+    """The text of <name>_loader.py."""
+    return environment().get_template(PYTHON_TEMPLATE).render(template_context(source))
+
+
+PYTHON_TEMPLATE = "aoti_loader.py.j2"
+
+
 def loader_files(name: str) -> dict[str, str]:
     """The files of the loader folder of target `name` -> their templates."""
     return {
@@ -111,6 +140,7 @@ def template_context(source: LoaderSource) -> dict[str, Any]:
     bound = {(n, axis): dim for dim in signature.dynamic_dims for n, axis in dim.axes.items()}
     index = {spec.name: i for i, spec in enumerate(signature.inputs)}
     params: set[str] = set()
+    py_params: set[str] = set()
     inputs = []
     for spec in signature.inputs:
         dims = []
@@ -124,9 +154,12 @@ def template_context(source: LoaderSource) -> dict[str, Any]:
             {
                 "name": spec.name,
                 "param": _parameter(spec.name, params),
+                "py_param": _py_parameter(spec.name, py_params),
                 "dtype": spec.dtype,
                 "scalar_type": SCALAR_TYPES[spec.dtype],
                 "dims": dims,
+                "low": spec.low,
+                "high": spec.high,
             }
         )
     shared = [
@@ -184,6 +217,17 @@ def _parameter(name: str, taken: set[str]) -> str:
     if ident.startswith("_"):  # leading underscores belong to the implementation
         ident = f"input{ident}"
     while ident in _CXX_RESERVED or ident in _TAKEN or ident in taken:
+        ident += "_"
+    taken.add(ident)
+    return ident
+
+
+def _py_parameter(name: str, taken: set[str]) -> str:
+    """A Python parameter name for an input: an identifier, no keyword, not used before."""
+    ident = re.sub(r"[^A-Za-z0-9_]", "_", name) or "input"
+    if ident[0].isdigit():
+        ident = f"input_{ident}"
+    while keyword.iskeyword(ident) or ident in _PY_TAKEN or ident in taken:
         ident += "_"
     taken.add(ident)
     return ident

@@ -213,7 +213,10 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
     library = aoti_loader.declare_loader_library(
         ctx, package=package, model=model, device=attrs.device, backend=attrs.backend
     )
-    return [DefaultInfo(tuple(outputs + library))]
+    python_loader = aoti_loader.declare_python_loader(
+        ctx, package=package, model=model, device=attrs.device, backend=attrs.backend
+    )
+    return [DefaultInfo((*outputs, *library, python_loader))]
 
 
 def _gpu_properties(ctx: RuleContext[AotiPackageAttrs]) -> dict[str, str]:

@@ -3,12 +3,39 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.harness import Workspace
+
+REPO = Path(__file__).resolve().parents[2]
+# The environment before tests/conftest.py gives each test a fresh HOME: the
+# session's kiln build of the repository's own workspace uses the default disk
+# cache, so a developer's warm cache makes it a cache hit; a cold one (CI) builds.
+SESSION_ENV = dict(os.environ)
+# The example packages the loader tests (C++ and Python) run.
+EXAMPLES = ("//models:mlp_pt2", "//models:resnet_pt2", "//models:tiny_lm_pt2")
+
+
+@pytest.fixture(scope="session")
+def repo_examples() -> Path:
+    """kiln build of the repository's example packages with its own kiln, once a session
+    (the three side by side: about a minute cold); their folder, kiln-out/models."""
+    run = subprocess.run(
+        [sys.executable, "-m", "kiln", "--nohome_rc", "build", *EXAMPLES],
+        cwd=REPO,
+        env=SESSION_ENV,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
+    assert run.returncode == 0, f"kiln build {' '.join(EXAMPLES)} failed:\n{run.stderr}"
+    return REPO / "kiln-out" / "models"
 
 
 @pytest.fixture

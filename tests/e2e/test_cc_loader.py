@@ -28,6 +28,7 @@ from kiln.rules.aoti_package import RULE as AOTI_PACKAGE
 from kiln.rules.aoti_package import AotiPackageAttrs
 from kiln.rules.torch_model import TorchModelInfo
 
+from tests.e2e.conftest import SESSION_ENV
 from tests.model_fixtures import DETECTOR, model_info, rule_context
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,11 +36,6 @@ APP_SOURCES = REPO / "tests" / "cc"
 TARGET = "//models:mlp_pt2"
 BATCH = 4
 TOLERANCE = 1e-5
-
-# The environment before tests/conftest.py gives each test a fresh HOME: the
-# session's kiln build of the repository's own workspace uses the default disk
-# cache, so a developer's warm cache makes it a cache hit; a cold one (CI) builds.
-SESSION_ENV = dict(os.environ)
 
 
 def _torch_dir() -> Path:
@@ -128,7 +124,7 @@ def test_declared_specs_and_ranges_are_baked_in() -> None:
     assert (
         'InputSpec{"image", c10::ScalarType::Float, "float32", 4,\n'
         '                {DimSpec{"batch", 1, 16}, DimSpec{"", 3, 3}, DimSpec{"", 224, 224}, '
-        'DimSpec{"", 224, 224}}},'
+        'DimSpec{"", 224, 224}}, false, 0, 0},'
     ) in header
     assert "std::vector<at::Tensor> operator()(const at::Tensor& image);" in header
     assert """e.g. "ResnetPt2: input 'image' dim 0 is 17, outside [1, 16]".""" in header
@@ -260,18 +256,10 @@ def _check(run: subprocess.CompletedProcess[str], what: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def built() -> Built:
-    """kiln build //models:mlp_pt2 in this repository, with its own kiln, once a session."""
-    run = _run(
-        [sys.executable, "-m", "kiln", "--nohome_rc", "build", TARGET],
-        cwd=REPO,
-        env=SESSION_ENV,
-        timeout=900,
-    )
-    _check(run, f"kiln build {TARGET}")
-    out = REPO / "kiln-out" / "models"
-    spec = PackageSpec.read(out / "mlp_pt2.package.json")
-    return Built(out / "mlp_pt2.pt2", out / "mlp_pt2_loader", spec)
+def built(repo_examples: Path) -> Built:
+    """//models:mlp_pt2 of this repository, built with its own kiln once a session."""
+    spec = PackageSpec.read(repo_examples / "mlp_pt2.package.json")
+    return Built(repo_examples / "mlp_pt2.pt2", repo_examples / "mlp_pt2_loader", spec)
 
 
 def _compile(jobs: list[list[str]]) -> None:

@@ -41,6 +41,11 @@ def cxx_string(text: object) -> str:
     return '"' + "".join(out) + '"'
 
 
+def py_string(text: object) -> str:
+    """A Python string literal for text."""
+    return repr(str(text))
+
+
 def environment() -> jinja2.Environment:
     """The jinja2 environment for rules/templates; jinja2 is imported only here, on use."""
     import jinja2
@@ -54,4 +59,5 @@ def environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["cxx_string"] = cxx_string
+    env.filters["py_string"] = py_string
     return env

@@ -1,0 +1,266 @@
+"""The Python loader kiln generates beside every package: <name>_loader.py.
+
+A loaded .pt2 checks nothing: wrong batch, size, channels or dtype give wrong
+results silently, token ids past the vocabulary or a sequence past its max abort
+the process. The loader refuses each with the C++ class's message (InputError),
+makes channels_last inputs contiguous, and gives the outputs the structure the
+model returned, importing the module of a library's output type (or a plain tuple).
+
+The examples (//models:mlp_pt2, resnet_pt2, tiny_lm_pt2) are built once a session
+in this repository (tests/e2e/conftest.py); each model's bad inputs run in one
+fresh Python, which prints what the loader said to each.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from kiln.rules.aoti_loader import LoaderSource, render_python_loader
+
+from tests.e2e.test_aoti_package import REPO, make_workspace
+from tests.e2e.test_cc_loader import RESNET, TWO_INPUTS
+
+# Runs in a fresh Python in kiln-out/models: CASES maps a case to the inputs given to
+# run(); prints {case: the loader's message, or "ok"} as JSON, and "same" where an
+# accepted input's outputs equal those of SAME[case] through __call__.
+PROBE = """
+import json, sys, torch
+sys.path.insert(0, ".")
+from {module} import {cls}, InputError
+
+model = {cls}()
+results = {{}}
+{cases}
+for case, inputs in CASES.items():
+    try:
+        out = model.run(inputs)
+    except InputError as error:
+        results[case] = str(error)
+    else:
+        results[case] = "ok"
+        if case in SAME:
+            want = model(*SAME[case])
+            results[case] = "same" if torch.equal(out, want) else "differs"
+print(json.dumps(results))
+"""
+
+
+def _probe(folder: Path, module: str, cls: str, cases: str) -> dict[str, str]:
+    script = PROBE.format(module=module, cls=cls, cases=textwrap.dedent(cases))
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr  # an abort (134) would be the bug this prevents
+    result: dict[str, str] = json.loads(run.stdout.splitlines()[-1])
+    return result
+
+
+def test_mlp_batch_and_dtype(repo_examples: Path) -> None:
+    said = _probe(
+        repo_examples,
+        "mlp_pt2_loader",
+        "MlpPt2",
+        """
+        x = torch.randn(4, 10)
+        CASES = {
+            "ok": [x],
+            "batch 65": [torch.randn(65, 10)],
+            "batch 0": [torch.randn(0, 10)],
+            "float64": [x.double()],
+            "int64": [x.long()],
+            "rank": [torch.randn(4, 10, 1)],
+            "count": [x, x],
+            "not a tensor": [[1.0] * 10],
+            "device": [x.to("meta")],
+        }
+        SAME = {"ok": [x]}
+        """,
+    )
+    assert said == {
+        "ok": "same",
+        # the C++ class's words (tests/e2e/test_cc_loader.py pins the same)
+        "batch 65": "MlpPt2: input 'x' dim 0 is 65, outside [1, 64] (the dynamic dim 'batch')",
+        "batch 0": "MlpPt2: input 'x' dim 0 is 0, outside [1, 64] (the dynamic dim 'batch')",
+        "float64": "MlpPt2: input 'x' has dtype float64, expected float32",
+        "int64": "MlpPt2: input 'x' has dtype int64, expected float32",
+        "rank": "MlpPt2: input 'x' has 3 dims [4, 10, 1], expected 2 [batch in [1, 64], 10]",
+        "count": "MlpPt2: expected 1 input (x), got 2",
+        "not a tensor": "MlpPt2: input 'x' is a list, not a torch.Tensor",
+        "device": "MlpPt2: input 'x' is on meta, expected cpu (the package was built for cpu)",
+    }
+
+
+def test_resnet_size_channels_and_layout(repo_examples: Path) -> None:
+    said = _probe(
+        repo_examples,
+        "resnet_pt2_loader",
+        "ResnetPt2",
+        """
+        image = torch.randn(2, 3, 224, 224)
+        CASES = {
+            "channels_last": [image.to(memory_format=torch.channels_last)],
+            "size": [torch.randn(2, 3, 225, 224)],
+            "channels": [torch.randn(2, 4, 224, 224)],
+            "batch 17": [torch.randn(17, 3, 224, 224)],
+        }
+        SAME = {"channels_last": [image]}
+        """,
+    )
+    declared = "declared [batch in [1, 16], 3, 224, 224]"
+    assert said == {
+        "channels_last": "same",  # made contiguous first: the same values as the NCHW input
+        "size": f"ResnetPt2: input 'image' dim 2 is 225, expected 224 (shape [2, 3, 225, 224], "
+        f"{declared})",
+        "channels": f"ResnetPt2: input 'image' dim 1 is 4, expected 3 (shape [2, 4, 224, 224], "
+        f"{declared})",
+        "batch 17": "ResnetPt2: input 'image' dim 0 is 17, outside [1, 16] (the dynamic dim "
+        "'batch')",
+    }
+
+
+def test_tiny_lm_token_ids_and_sequence(repo_examples: Path) -> None:
+    """What aborts the process without the loader: ids past the vocabulary, seq past 64."""
+    said = _probe(
+        repo_examples,
+        "tiny_lm_pt2_loader",
+        "TinyLmPt2",
+        """
+        ids = torch.randint(0, 1000, (2, 64))
+        CASES = {
+            "seq 64": [ids],
+            "id 1000": [torch.full((2, 8), 1000)],
+            "id -1": [torch.full((2, 8), -1)],
+            "seq 65": [torch.randint(0, 1000, (2, 65))],
+            "int32": [ids.int()],
+            "batch 9": [torch.randint(0, 1000, (9, 8))],
+        }
+        SAME = {"seq 64": [ids]}
+        """,
+    )
+    assert said == {
+        "seq 64": "same",
+        "id 1000": "TinyLmPt2: input 'ids' holds 1000, outside [0, 1000) (its declared low/high)",
+        "id -1": "TinyLmPt2: input 'ids' holds -1, outside [0, 1000) (its declared low/high)",
+        "seq 65": "TinyLmPt2: input 'ids' dim 1 is 65, outside [1, 64] (the dynamic dim 'seq')",
+        "int32": "TinyLmPt2: input 'ids' has dtype int32, expected int64",
+        "batch 9": "TinyLmPt2: input 'ids' dim 0 is 9, outside [1, 8] (the dynamic dim 'batch')",
+    }
+
+
+def test_a_missing_package_is_a_clear_error(repo_examples: Path, tmp_path: Path) -> None:
+    shutil.copy(repo_examples / "mlp_pt2_loader.py", tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-c", "import mlp_pt2_loader; mlp_pt2_loader.MlpPt2()"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 1
+    assert (
+        f"FileNotFoundError: MlpPt2: no package at '{tmp_path / 'mlp_pt2.pt2'}' (expected "
+        "mlp_pt2.pt2, built by kiln from //models:mlp_pt2)"
+    ) in run.stderr
+
+
+# -- outputs of a library's type -----------------------------------------------------------------
+
+STRUCTURED_BUILD = """
+torch_model(
+    name = "structured",
+    src = "structured.py",
+    factory = "structured:build",
+    inputs = [{"name": "ids", "shape": [2, 8], "dtype": "int64", "low": 0, "high": 50}],
+    dynamic_dims = [{"name": "seq", "min": 1, "max": 16, "axes": {"ids": 1}}],
+)
+
+aoti_package(name = "structured_pt2", model = ":structured")
+"""
+
+STRUCTURED = """
+import sys, torch
+sys.path.insert(0, "kiln-out/models")
+if "--with-module" in sys.argv:
+    sys.path.insert(0, "models")  # where the output type's module, structured.py, is
+from structured_pt2_loader import StructuredPt2
+
+ids = torch.randint(0, 50, (2, 5))
+try:
+    out = StructuredPt2(plain_outputs="--plain" in sys.argv)(ids)
+except ImportError as error:
+    print("ImportError:", error)
+else:
+    print(type(out).__name__, [tuple(t.shape) for t in (out if type(out) is tuple else
+          (out.logits, out.hidden))])
+"""
+
+
+def _structured(root: Path, *flags: str) -> str:
+    run = subprocess.run(
+        [sys.executable, "-c", STRUCTURED, *flags],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout.strip()
+
+
+def test_outputs_keep_the_models_structure(tmp_path: Path) -> None:
+    """A dataclass output registered with torch's pytree, as Hugging Face's ModelOutput
+    types are (whose package cannot be called in Python before transformers is imported)."""
+    ws = make_workspace(tmp_path / "ws", tmp_path / "cache", STRUCTURED_BUILD)
+    shutil.copy(REPO / "tests/models/structured.py", ws.root / "models/structured.py")
+    run = ws.build("//models:structured_pt2")
+    assert run.code == 0, run.err
+    assert _structured(ws.root, "--with-module") == "LMOutput [(2, 5, 50), (2, 5, 8)]"
+    assert _structured(ws.root, "--plain") == "tuple [(2, 5, 50), (2, 5, 8)]"
+    assert _structured(ws.root) == (
+        "ImportError: StructuredPt2: the package's outputs are of type structured.LMOutput, "
+        "which torch can rebuild only once the module defining it is imported, and none could "
+        "be: install it (e.g. structured), or pass plain_outputs=True for a tuple of the output "
+        "tensors"
+    )
+
+
+# -- the rendered text ---------------------------------------------------------------------------
+
+
+def _render(model: Any, name: str, **kwargs: str) -> str:
+    source = LoaderSource(
+        name,
+        f"//models:{name}",
+        model,
+        kwargs.get("device", "cpu"),
+        kwargs.get("backend", "inductor"),
+        f"../{name}.pt2",
+    )
+    return render_python_loader(source)
+
+
+def test_the_loader_is_python_naming_every_declared_input() -> None:
+    text = _render(TWO_INPUTS, "detector_pt2", device="cuda", backend="tensorrt")
+    compile(text, "detector_pt2_loader.py", "exec")
+    assert "class DetectorPt2:" in text
+    assert "    DEVICE = 'cuda'\n" in text
+    # `class` is a keyword: the parameter is renamed, the input is not.
+    assert "def __call__(self, image: torch.Tensor, class_: torch.Tensor) -> Any:" in text
+    assert "(DimSpec('batch', 1, 8), DimSpec('', 3, 3), DimSpec('height', 32, 512)" in text
+    assert "\n        ('batch', ((0, 0), (1, 0))),\n" in text
+    assert "_load_torchtrt_runtime()" in text
+    resnet = _render(RESNET, "resnet_pt2")
+    compile(resnet, "resnet_pt2_loader.py", "exec")
+    assert "torchtrt" not in resnet
