@@ -5,8 +5,8 @@ one kiln build (--keep_going) runs them all (export only: they fail before any
 packaging). Each test pins its paragraph verbatim: the user's file:line (the
 innermost frame of workspace code), the torch_model whose attribute to change
 (never the aoti_package), torch's suggested fix kept whole, and the named hint.
-No Python traceback, unless asked for with KILN_VERBOSE_FAILURES=1 (what
---verbose_failures is to pass to actions; see the module's last test).
+No Python traceback, unless asked for with --verbose_failures (which the executor passes
+to actions as KILN_VERBOSE_FAILURES=1, outside their keys; see the module's last test).
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def test_use_cache_is_named(traps: tuple[ModelWorkspace, Result]) -> None:
 
 def test_verbose_failures_add_the_traceback(traps: tuple[ModelWorkspace, Result]) -> None:
     ws, _ = traps
-    run = ws.build("//models:raises_pt2", "--action_env=KILN_VERBOSE_FAILURES=1")
+    run = ws.build("//models:raises_pt2", "--verbose_failures")
     text = paragraph(run.err, "raises")
     assert text.startswith("models/traps.py:")
     assert "\nTraceback (most recent call last):\n" in text

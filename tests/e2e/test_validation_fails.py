@@ -118,8 +118,12 @@ def test_a_wrong_package_fails_validation(
     assert f"(allowed: >= 0.999); the package's output {looks}\n" in text
     assert f"fix the model of //models:{model}_{how}" in text
     assert f"loosen rtol, atol or min_cosine of //models:{model}_{how}_pt2" in text
-    # Nothing of a failed check is stored as if it had passed.
-    assert not (ws.root / f"kiln-out/models/{model}_{how}_pt2.validation.json").exists()
+    # Nothing of a target that did not build stays in kiln-out/ looking built: not the
+    # report, not the package, not the loaders placed before validation failed.
+    out = ws.root / "kiln-out/models"
+    for name in (".validation.json", ".pt2", "_loader", "_loader.py"):
+        assert not (out / f"{model}_{how}_pt2{name}").exists(), name
+    assert f"//models:{model}_{how}_pt2" in run.err.split("removed from kiln-out/: ")[1]
 
 
 def test_tiny_outputs_are_held_to_their_own_scale(built: tuple[ModelWorkspace, Result]) -> None:

@@ -17,6 +17,7 @@ from kiln.cli.summary import print_summary
 from kiln.errors import BuildFailure, KilnError
 from kiln.exec import host
 from kiln.exec.scheduler import Limits
+from kiln.exec.withdraw import unbuilt_owners, withdraw
 from kiln.exec.workspace_lock import workspace_lock
 from kiln.host_facts import HostFacts
 from kiln.layout import output_root
@@ -89,9 +90,11 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
         target = loader.packages[label[2 : label.index(":")]].targets[label.split(":", 1)[1]]
         return str(loader.location_of(target))
 
-    result, seconds = execute_graph(
-        session, options, ActionGraph.of(actions), limits, locate, reports
-    )
+    action_graph = ActionGraph.of(actions)
+    result, seconds = execute_graph(session, options, action_graph, limits, locate, reports)
+    unbuilt = unbuilt_owners(action_graph, [o.action for o in result.failed])
+    unbuilt |= {e.label for e in errors if e.label}  # refused before running (a GPU)
+    withdrawn = withdraw(analysis.actions, unbuilt, session.workspace.root)
     print_summary(
         lambda text: click.echo(text, err=True),
         analysis.requested,
@@ -100,6 +103,7 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
         workspace_root=session.workspace.root,
         cwd=session.cwd,
         failed_early=bool(errors),
+        withdrawn=withdrawn,
     )
     if result.failed or result.skipped or errors:
         raise BuildFailure(

@@ -40,6 +40,7 @@ def execute_graph(
         worker_max_instances=options.worker_max_instances,
         action_timeout=options.action_timeout,
         explain=options.explain,
+        verbose_failures=options.verbose_failures,
         python=sys.executable,
     )
     with open_executor(

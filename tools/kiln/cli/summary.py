@@ -49,8 +49,14 @@ def print_summary(
     workspace_root: Path,
     cwd: Path,
     failed_early: bool = False,
+    withdrawn: list[str] | None = None,
 ) -> None:
     echo(actions_line(result.outcomes))
+    if withdrawn:
+        names = ", ".join(withdrawn[:SHOWN_TARGETS])
+        extra = len(withdrawn) - SHOWN_TARGETS
+        more = f" and {extra} more" if extra > 0 else ""
+        echo(f"INFO: not built, so their outputs were removed from kiln-out/: {names}{more}")
     if result.failed or result.skipped or failed_early:
         return
     labels = list(requested)

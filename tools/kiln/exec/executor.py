@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     from kiln.exec.remote_spawn_cache import RemoteSpawnCache
     from kiln.exec.spawn import Spawner
 
+# What kiln.actions.spec reads to print a failing action's traceback.
+VERBOSE_FAILURES_ENV = "KILN_VERBOSE_FAILURES"
+
 # Modules only running an action needs are imported when one runs: a no-op build
 # never pays for them (execroot_files, spawn, local_spawner, worker_spawner).
 
@@ -55,6 +58,9 @@ class ExecOptions:
     worker_max_instances: int = 2
     action_timeout: float | None = None
     explain: bool = False
+    # --verbose_failures: actions show the traceback behind their one-line error. Set
+    # at spawn time, outside the key: asking for more detail rebuilds nothing.
+    verbose_failures: bool = False
     python: str = ""
     # Modules a worker imports once at start: what Python actions would import each time.
     worker_preload: tuple[str, ...] = ("torch", "torch._inductor")
@@ -247,6 +253,8 @@ class Executor:
         try:
             env = dict(action.env)
             env.setdefault("TMPDIR", str(root / ".tmp"))
+            if self.options.verbose_failures:
+                env[VERBOSE_FAILURES_ENV] = "1"
             spawner = self._spawner_for(action)
             before = files.input_stats(root, digests)
             run = spawner.spawn(
