@@ -174,6 +174,33 @@ def test_build_rc_options_reach_clean_and_info_which_drop_what_they_do_not_take(
     assert not (cache / "cas").exists()  # --disk_cache, inherited from build, was taken
 
 
+def test_startup_lines_set_startup_options_the_command_line_overrides(
+    ws: FixtureWorkspace, tmp_path: Path
+) -> None:
+    """`startup --output_base=DIR` in .kilnrc, as Bazel reads it: no need to type it."""
+    ws.write({".kilnrc": f"startup --output_base={tmp_path / 'base'}\n"})
+    info = ws.kiln("info", "output_base")
+    assert (info.code, info.out) == (0, f"{tmp_path / 'base'}\n"), info.err
+    given = ws.kiln(f"--output_base={tmp_path / 'other'}", "info", "output_base")
+    assert given.out == f"{tmp_path / 'other'}\n"
+
+
+def test_a_startup_line_cannot_choose_the_rc_files(ws: FixtureWorkspace) -> None:
+    ws.write({".kilnrc": "startup --nohome_rc\n"})
+    result = ws.kiln("info", "release")
+    assert result.code == 1
+    assert result.err.startswith(
+        f"ERROR: '--nohome_rc' cannot be set in an rc file ({ws.root / '.kilnrc'}:1): it "
+        "decides which rc files are read\n"
+    )
+
+
+def test_common_disk_cache_is_the_one_info_shows(ws: FixtureWorkspace, tmp_path: Path) -> None:
+    ws.write({".kilnrc": f"common --disk_cache={tmp_path / 'shared'}\n"})
+    info = ws.kiln("info", "disk_cache")
+    assert (info.code, info.out) == (0, f"{tmp_path / 'shared'}\n"), info.err
+
+
 def test_an_unknown_option_on_the_commands_own_rc_line_is_still_an_error(
     ws: FixtureWorkspace,
 ) -> None:

@@ -24,6 +24,7 @@ from kiln.cli import rcfile
 from kiln.cli.commands import BY_NAME, did_you_mean
 from kiln.cli.session import Session, StartupOptions
 from kiln.errors import KilnError
+from kiln.loading.workspace import Workspace
 
 EXIT_USER_ERROR = 1
 EXIT_BUG = 2
@@ -72,7 +73,8 @@ class _Reporting:
 
 
 def _run(args: list[str], reporting: _Reporting) -> int:
-    startup, args = StartupOptions.parse(args)
+    startup, rest_args = StartupOptions.parse(args)
+    startup_words, args = args[: len(args) - len(rest_args)], rest_args
     if not args or args[0] in ("help", "-h", "--help"):
         from kiln.cli.help import help_text
 
@@ -98,11 +100,13 @@ def _run(args: list[str], reporting: _Reporting) -> int:
         click.echo(command_help(info), nl=False)
         return 0
     command = info.load()
-    session = Session.create(_cwd(), startup)
+    cwd = _cwd()
+    workspace = Workspace.find(cwd)
     files = rcfile.rc_files(
-        session.workspace.root, workspace_rc=startup.workspace_rc, home_rc=startup.home_rc
+        workspace.root, workspace_rc=startup.workspace_rc, home_rc=startup.home_rc
     )
-    lines = [line for path in files for line in rcfile.read(path, session.workspace.root)]
+    lines = [line for path in files for line in rcfile.read(path, workspace.root)]
+    session = Session.create(cwd, _with_rc_startup(startup, startup_words, lines))
     expanded = rcfile.expand(name, rest, lines)
     words = _drop_unknown_inherited(command, expanded)
     reporting.verbose = any(a.text == "--verbose_failures" for a in words)
@@ -120,6 +124,32 @@ def _run(args: list[str], reporting: _Reporting) -> int:
     except click.ClickException as error:
         raise KilnError(f"kiln {name}: {error.format_message()}") from None
     return int(result or 0)
+
+
+def _with_rc_startup(
+    given: StartupOptions, words: list[str], lines: list[rcfile.RcLine]
+) -> StartupOptions:
+    """The startup options of the rc files' `startup` lines, then the command line's over
+    them (which rc files are read is the command line's alone)."""
+    rc = rcfile.startup_args(lines)
+    if not rc:
+        return given
+    options = StartupOptions()
+    for arg in rc:
+        if arg.text.split("=")[0] in (
+            "--workspace_rc",
+            "--noworkspace_rc",
+            "--home_rc",
+            "--nohome_rc",
+        ):
+            raise KilnError(
+                f"'{arg.text}' cannot be set in an rc file ({arg.origin}): it decides which "
+                "rc files are read",
+                hint="give it on the command line, before the command",
+            )
+        options, _ = StartupOptions.parse([arg.text], options, where=f"from {arg.origin}")
+    options, _ = StartupOptions.parse(words, options)
+    return options
 
 
 def _cwd() -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 import sys
+from pathlib import Path
 
 import click
 
@@ -15,8 +16,14 @@ from kiln.layout import cache_home, output_root
 
 @click.command("info")
 @click.argument("key", required=False)
+@click.option(
+    "--disk_cache",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The disk cache a build would use (as `build --disk_cache`, or `common` in .kilnrc)",
+)
 @click.pass_obj
-def command(session: Session, key: str | None) -> int:
+def command(session: Session, key: str | None, disk_cache: Path | None) -> int:
     """Print workspace paths and host facts (one KEY, or all).
 
     KEY `toolchains` probes what TensorRT builds would use (torch, torch_tensorrt and
@@ -30,7 +37,7 @@ def command(session: Session, key: str | None) -> int:
         "workspace": str(session.workspace.root),
         "output_base": str(session.output_base.root),
         "output_path": str(output_root(session.workspace.root)),
-        "disk_cache": str(cache_home()),
+        "disk_cache": str((disk_cache or cache_home()).expanduser().resolve()),
         "python": f"{platform.python_version()} ({sys.executable})",
         "host": f"{platform.system().lower()} {platform.machine()}",
         "cpus": str(host.cpu_count()),

@@ -47,6 +47,17 @@ class Arg:
     inherited: bool = False
 
 
+# `startup --output_base=DIR`: startup options, as if given before the command.
+STARTUP = "startup"
+
+
+def startup_args(lines: list[RcLine]) -> list[Arg]:
+    """The words of the `startup` lines, in order (the command line's come after)."""
+    return [
+        Arg(word, line.location) for line in lines if line.command == STARTUP for word in line.args
+    ]
+
+
 def read(path: Path, workspace: Path | None, *, _seen: tuple[Path, ...] = ()) -> list[RcLine]:
     if path.resolve() in [seen.resolve() for seen in _seen]:
         raise RcError(f"rc file {path} imports itself (through {' -> '.join(map(str, _seen))})")
@@ -77,8 +88,8 @@ def read(path: Path, workspace: Path | None, *, _seen: tuple[Path, ...] = ()) ->
             lines += read(target, workspace, _seen=(*_seen, path))
             continue
         command, _, config = head.partition(":")
-        if command not in BY_NAME and command != "common":
-            known = ["common", *BY_NAME]
+        if command not in BY_NAME and command not in ("common", STARTUP):
+            known = ["common", STARTUP, *BY_NAME]
             raise RcError(
                 f"unknown command '{command}' (known: {', '.join(known)})",
                 location=location,
@@ -86,6 +97,8 @@ def read(path: Path, workspace: Path | None, *, _seen: tuple[Path, ...] = ()) ->
             )
         if config == "" and ":" in head:
             raise RcError(f"empty config name in '{head}'", location=location)
+        if command == STARTUP and config:
+            raise RcError("'startup' lines take no :config, as in Bazel", location=location)
         lines.append(RcLine(command, config or None, rest, location))
     return lines
 

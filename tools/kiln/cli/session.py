@@ -19,8 +19,12 @@ class StartupOptions:
     output_base: Path | None = None
 
     @staticmethod
-    def parse(args: list[str]) -> tuple[StartupOptions, list[str]]:
-        workspace_rc, home_rc, output_base = True, True, None
+    def parse(
+        args: list[str], base: StartupOptions | None = None, *, where: str = ""
+    ) -> tuple[StartupOptions, list[str]]:
+        """The startup options at the front of `args` (over `base`), and the rest."""
+        base = base or StartupOptions()
+        workspace_rc, home_rc, output_base = base.workspace_rc, base.home_rc, base.output_base
         i = 0
         while i < len(args) and args[i].startswith("--"):
             arg = args[i]
@@ -38,7 +42,7 @@ class StartupOptions:
                 break
             else:
                 raise KilnError(
-                    f"unknown startup option '{arg}'",
+                    f"unknown startup option '{arg}'" + (f" ({where})" if where else ""),
                     hint="startup options: --noworkspace_rc --nohome_rc --output_base=DIR; "
                     "command options go after the command",
                 )
