@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+
+import pytest
+from kiln.loading import package
 
 from tests.e2e.harness import Workspace
 
@@ -303,3 +307,24 @@ def test_a_profile_is_written_when_the_build_fails_before_execution(ws: Workspac
     assert ws.kiln("build", "//app:x", f"--profile={profile}").code == 1
     events = json.loads(profile.read_text())["traceEvents"]
     assert [e["name"] for e in events if e.get("cat") == "phase"] == ["loading", "analysis"]
+
+
+def test_cp_p_of_a_same_size_build_file_builds_the_new_command(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stamp without ctime kept both the graph cache and the analysis cache:
+    # the old command (or a removed target) was built again. The clock is
+    # taken as fine-grained, so that only ctime can tell the copies apart.
+    monkeypatch.setattr(package, "RACY_NS", 0)
+    ws.write("p/BUILD", 'genrule(name = "g", outs = ["g.txt"], cmd = "echo aaa > $@")\n')
+    assert ws.kiln("build", "//p:g").code == 0
+    assert ws.out("p/g.txt") == "aaa\n"
+    build = ws.root / "p/BUILD"
+    copy = ws.write("copy", 'genrule(name = "g", outs = ["g.txt"], cmd = "echo bbb > $@")\n')
+    before = build.stat()
+    os.utime(copy, ns=(before.st_atime_ns, before.st_mtime_ns))
+    subprocess.run(["cp", "-p", str(copy), str(build)], check=True)
+    assert (build.stat().st_ino, build.stat().st_size) == (before.st_ino, before.st_size)
+    run = ws.kiln("build", "//p:g")
+    assert run.code == 0, run.err
+    assert ws.out("p/g.txt") == "bbb\n"

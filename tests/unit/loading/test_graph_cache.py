@@ -2,18 +2,25 @@
 
 Each `_run` is what one `kiln query //...` does: a fresh PackageLoader on the
 same cache file, every package under //... loaded, the cache saved.
+
+The runs here follow their edits within milliseconds, which FileStamp counts
+as racily clean (nothing would be cached): `fine_clock` stands for a file
+system whose clock ticks finer than that. The racy cases have their tests.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 from kiln import code_digest
 from kiln.code_digest import KILN_ROOT, CodeStamp
 from kiln.label import TargetPattern
-from kiln.loading import patterns
+from kiln.loading import glob, package, patterns
 from kiln.loading.graph_cache import LOADING_CODE
 
 from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace
@@ -47,6 +54,11 @@ class Run:
         self.evaluated = loader.evaluated
         self.labels = labels
         self.packages = {name: loader.package(name) for name in loader.packages}
+
+
+@pytest.fixture(autouse=True)
+def fine_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(package, "RACY_NS", 0)
 
 
 @pytest.fixture
@@ -255,3 +267,73 @@ def test_errors_from_a_warm_cache_carry_the_same_location(ws: FixtureWorkspace) 
         "ERROR: bad/BUILD:3:1: //bad:b: attribute 'srcs' refers to '//gone:x': no such package "
         "'gone': no BUILD file in gone/\n"
     )
+
+
+def test_cp_p_of_a_same_size_build_file_is_reevaluated(ws: FixtureWorkspace) -> None:
+    # cp -p keeps the inode, the size and (from the source) the mtime: only ctime moves.
+    build = ws.root / "other/BUILD"
+    source = ws.root / "elsewhere.txt"
+    source.write_text('filegroup(name = "xther")\n')
+    assert source.stat().st_size == build.stat().st_size
+    before = build.stat()
+    os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
+    subprocess.run(["cp", "-p", str(source), str(build)], check=True)
+    after = build.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_ino,
+        before.st_size,
+        before.st_mtime_ns,
+    )
+    run = Run(ws)
+    assert run.evaluated == 1
+    assert run.labels == ["//app:py_grp", "//lib:lib", "//other:xther"]
+
+
+def test_file_created_while_glob_lists_its_directory_is_seen_next_run(
+    ws: FixtureWorkspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The directory's stamp must predate its listing: one taken after the
+    # evaluation already includes the new file, and the cache would keep
+    # the package without it.
+    listing = os.scandir
+
+    def scandir_then_create(path: str) -> object:
+        if not str(path).endswith("/app") or (ws.root / "app/late.py").exists():
+            return listing(path)
+        entries = list(listing(path))
+        (ws.root / "app/late.py").write_text("")
+        return entries
+
+    _edit(ws, "app/BUILD", (ws.root / "app/BUILD").read_text() + "\n")
+    monkeypatch.setattr(glob.os, "scandir", scandir_then_create)
+    assert Run(ws).packages["app"].targets["py_grp"].attrs["srcs"] == ["//app:a.py"]
+    monkeypatch.setattr(glob.os, "scandir", listing)
+    run = Run(ws)
+    assert run.evaluated == 1
+    assert run.packages["app"].targets["py_grp"].attrs["srcs"] == ["//app:a.py", "//app:late.py"]
+
+
+def test_racily_clean_packages_are_evaluated_until_their_files_age(
+    make_workspace: MakeWorkspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(package, "RACY_NS", 2_000_000_000)
+    ws = make_workspace(FILES)
+    # Written just now: a stamp vouches for nothing, run after run (a second
+    # edit in the same clock tick would leave every stat field as it was).
+    assert Run(ws).evaluated == 4
+    assert Run(ws).evaluated == 4
+    later = time.time_ns() + 3_000_000_000
+    monkeypatch.setattr(package.time, "time_ns", lambda: later)
+    assert Run(ws).evaluated == 4  # aged: these stamps are trusted
+    assert Run(ws).evaluated == 0
+
+
+def test_racy_stamps_never_equal_each_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(package, "RACY_NS", 2_000_000_000)
+    (tmp_path / "BUILD").write_text("")
+    first = package.FileStamp.of(str(tmp_path), "BUILD")
+    second = package.FileStamp.of(str(tmp_path), "BUILD")
+    assert first.is_racy and second.is_racy
+    assert first != second

@@ -37,9 +37,10 @@ class BuildFileEvaluator:
         referenced = source_files.referenced(package, builder.targets)
         unlisted = referenced - builder.globbed_files
         prefix = f"{package}/" if package else ""
+        stamps += [builder.globbed_dirs[d] for d in sorted(builder.globbed_dirs)]
         stamps += [
             FileStamp.of(self.root, f"{prefix}{d}" if d else package)
-            for d in sorted(builder.globbed_dirs | source_files.lookup_dirs(unlisted))
+            for d in sorted(source_files.lookup_dirs(unlisted) - builder.globbed_dirs.keys())
         ]
         if builder.globbed_dirs:  # .kilnignore decides which directories glob() entered
             stamps.append(FileStamp.of(self.root, IGNORE_FILE))

@@ -2,9 +2,14 @@
 
 `*` matches within one path segment, `**` any number of whole segments, `?`
 one character. Directories are not matched, and the search never enters a
-subdirectory that is a package of its own (it has a BUILD file). Symlinks
-are followed, except one that leads back to a directory above it (the walk
-would never end).
+subdirectory that is a package of its own (it has a BUILD file).
+
+Symlinks are followed, except one that leads back to a directory above it
+(the walk would never end).
+
+Each directory is stat()ed before it is listed: the stat becomes the
+directory's stamp in the graph cache (see package.FileStamp), so an entry
+added while the package evaluates is never missed.
 """
 
 from __future__ import annotations
@@ -57,12 +62,13 @@ def glob(
     include: list[str],
     exclude: list[str],
     ignored: Callable[[str], bool] = lambda directory: False,
-) -> tuple[list[str], list[str]]:
+) -> tuple[list[str], dict[str, os.stat_result]]:
     """Files under `package_dir` matching `include` and not `exclude`, sorted.
 
     Directories for which `ignored` (given their path relative to package_dir)
     is true are not entered: kiln-out/ and what .kilnignore lists hold no sources.
-    Returns (matches, directories listed) with paths relative to package_dir.
+    Returns the matches and each directory listed with its stat taken just
+    before the listing, paths relative to package_dir.
     """
     files, listed = _list_files(package_dir, ignored)
     inc = [_compile(p) for p in include]
@@ -75,9 +81,11 @@ def glob(
     return sorted(matches), listed
 
 
-def _list_files(package_dir: Path, ignored: Callable[[str], bool]) -> tuple[list[str], list[str]]:
+def _list_files(
+    package_dir: Path, ignored: Callable[[str], bool]
+) -> tuple[list[str], dict[str, os.stat_result]]:
     files: list[str] = []
-    listed: list[str] = []
+    listed: dict[str, os.stat_result] = {}
     base = str(package_dir)  # plain strings: pathlib would double the cost of a glob
     # Each directory to list, with the (device, inode) of it and its ancestors.
     stack: list[tuple[str, frozenset[tuple[int, int]]]] = [("", frozenset())]
@@ -92,7 +100,7 @@ def _list_files(package_dir: Path, ignored: Callable[[str], bool]) -> tuple[list
         identity = (st.st_dev, st.st_ino)
         if identity in above:
             continue  # a symlink back to a directory above: a cycle
-        listed.append(rel)  # also for subpackages: a BUILD file vanishing changes our matches
+        listed[rel] = st  # also for subpackages: a BUILD file vanishing changes our matches
         if rel and any(entry.name in BUILD_FILES for entry in entries):
             continue  # a subpackage: its files are not ours
         for entry in entries:

@@ -78,11 +78,10 @@ class PackageLoader:
     def packages_beneath(self, prefix: str) -> list[str]:
         every = self.cache.packages_walked()
         if every is None:
+            # .kilnignore decides which directories are walked at all.
+            ignore = FileStamp.of(str(self.workspace.root), IGNORE_FILE)
             every, listed = self.workspace.walk_packages()
-            root = str(self.workspace.root)
-            # .kilnignore decides which directories were walked at all.
-            stamps = [FileStamp.of(root, d) for d in [IGNORE_FILE, *listed]]
-            self.cache.put_walk(every, tuple(stamps))
+            self.cache.put_walk(every, (ignore, *listed))
         if not prefix:
             return every
         return [p for p in every if p == prefix or p.startswith(prefix + "/")]

@@ -7,6 +7,7 @@ and read back without importing pydantic, starlark or the rules.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,32 +50,67 @@ class Target:
         return self.label[self.label.index(":") + 1 :]
 
 
+# A change this close to a stamp may leave the stamp as it was: file-system
+# clocks tick coarsely (a few ms here; a second on ext3 and HFS+, two on FAT).
+# The digest log (kiln.cache.digest_cache) trusts no younger record either.
+RACY_NS = 2_000_000_000
+
+
 @dataclass(frozen=True, slots=True)
 class FileStamp:
     """What a file or directory looked like when a package was evaluated.
 
-    Taken before the file is read, so an edit racing with evaluation leaves a
-    stale stamp and the next run evaluates again.
+    Taken before the file is read (or the directory listed), so an edit
+    racing with evaluation leaves a stale stamp and the next run evaluates
+    again. ctime is what makes it trustworthy: every change of content or
+    metadata sets it to the kernel's clock, and no tool sets it back (`cp -p`,
+    `tar` and `touch -d` restore mtime, size and inode can stay the same).
+
+    Racily clean: a file whose ctime is within RACY_NS of the moment of the
+    stamp can change again within the same clock tick, leaving every field
+    as it was. Such a stamp records that moment in `racy_ns`, which no later
+    stamp repeats: it vouches for nothing, so the package is evaluated again
+    next time, when the file has aged.
     """
 
     path: str  # relative to the workspace root
     mtime_ns: int
+    ctime_ns: int
     size: int
     inode: int
+    racy_ns: int = 0  # when it was taken, if the file had just changed; else 0
 
     @staticmethod
     def of(root: str, path: str) -> FileStamp:
+        now = time.time_ns()  # before the stat: a change after it counts as racy
         try:
             st = os.stat(os.path.join(root, path) if path else root)
         except OSError:
-            return FileStamp(path, -1, -1, -1)
-        return FileStamp(path, st.st_mtime_ns, st.st_size, st.st_ino)
+            return FileStamp(path, -1, -1, -1, -1)
+        return FileStamp.from_stat(path, st, now)
+
+    @staticmethod
+    def from_stat(path: str, st: os.stat_result, taken_ns: int) -> FileStamp:
+        """The stamp of a stat taken at (or after) `taken_ns`."""
+        racy = taken_ns if st.st_ctime_ns > taken_ns - RACY_NS else 0
+        return FileStamp(path, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, racy)
+
+    @property
+    def is_racy(self) -> bool:
+        return self.racy_ns != 0
 
     def is_current(self, root: str) -> bool:
         return FileStamp.of(root, self.path) == self
 
     def __reduce__(self) -> tuple[type[FileStamp], tuple[Any, ...]]:
-        return FileStamp, (self.path, self.mtime_ns, self.size, self.inode)
+        return FileStamp, (
+            self.path,
+            self.mtime_ns,
+            self.ctime_ns,
+            self.size,
+            self.inode,
+            self.racy_ns,
+        )
 
 
 @dataclass(slots=True)

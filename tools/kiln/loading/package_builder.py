@@ -8,6 +8,7 @@ the offending call: attribute schema, labels, duplicate names, outputs.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -15,7 +16,7 @@ from pydantic import ValidationError
 from kiln.errors import KilnError, LabelError, LoadingError
 from kiln.label import Label, canonical, target_name_problem
 from kiln.loading import attr_errors, glob
-from kiln.loading.package import GENERATED_FILE, SOURCE_FILE, Target
+from kiln.loading.package import GENERATED_FILE, SOURCE_FILE, FileStamp, Target
 from kiln.rule_api.attrs import LABEL, OUTPUT
 
 if TYPE_CHECKING:
@@ -44,7 +45,9 @@ class PackageBuilder:
         self.targets: dict[str, Target] = {}
         self.default_visibility: list[str] | None = None
         self.exported_files: set[str] = set()
-        self.globbed_dirs: set[str] = set()  # relative to the package directory
+        # Directories glob() listed, relative to the package directory, each with
+        # its stamp (workspace-relative) taken before the first listing.
+        self.globbed_dirs: dict[str, FileStamp] = {}
         self.globbed_files: set[str] = set()  # every file glob() returned, likewise
         self.locate_index = locate_index
         self.pending: KilnError | None = None  # the error behind the next StarlarkError
@@ -137,14 +140,18 @@ class PackageBuilder:
             problem = glob.check_pattern(pattern)
             if problem:
                 raise self.fail(f"glob(): {problem}")
+        prefix = f"{self.package}/" if self.package else ""
+        now = time.time_ns()  # before the first stat: see FileStamp
         try:
-            prefix = f"{self.package}/" if self.package else ""
             matches, listed = glob.glob(
                 self.package_dir, include, exclude, lambda rel: self.ignored(prefix + rel)
             )
         except OSError as error:
             raise self.fail(f"glob(): cannot list {error.filename}: {error.strerror}") from None
-        self.globbed_dirs.update(listed)
+        for rel, st in listed.items():
+            if rel not in self.globbed_dirs:
+                path = f"{prefix}{rel}" if rel else self.package
+                self.globbed_dirs[rel] = FileStamp.from_stat(path, st, now)
         self.globbed_files.update(matches)
         if not matches and allow_empty is False:
             raise self.fail(

@@ -9,11 +9,13 @@ directories, kiln's own output folders and the paths listed in `.kilnignore`
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from kiln.action_graph import GENERATED_ROOT
 from kiln.errors import KilnError
+from kiln.loading.package import FileStamp
 
 WORKSPACE_FILES = ("WORKSPACE", "WORKSPACE.bazel")
 BUILD_FILES = ("BUILD", "BUILD.bazel")
@@ -65,25 +67,29 @@ class Workspace:
             relative == ignored or relative.startswith(ignored + "/") for ignored in self.ignored
         )
 
-    def walk_packages(self, prefix: str = "") -> tuple[list[str], list[str]]:
-        """Every package at or below `prefix`, and every directory that was listed.
+    def walk_packages(self, prefix: str = "") -> tuple[list[str], list[FileStamp]]:
+        """Every package at or below `prefix`, and the stamp of every directory listed.
 
-        The directories let the graph cache notice a BUILD file appearing or
-        disappearing anywhere (a directory's mtime changes when entries do).
+        The stamps let the graph cache notice a BUILD file appearing or
+        disappearing anywhere (a directory's mtime changes when entries do);
+        each is taken before its directory is listed.
         """
         packages: list[str] = []
-        listed: list[str] = []
+        listed: list[FileStamp] = []
         root = str(self.root)
         stack = [prefix]
         while stack:
             rel = stack.pop()
             if self.is_ignored(rel):
                 continue
+            directory = f"{root}/{rel}" if rel else root
+            now = time.time_ns()
             try:
-                entries = list(os.scandir(f"{root}/{rel}" if rel else root))
+                st = os.stat(directory)
+                entries = list(os.scandir(directory))
             except (FileNotFoundError, NotADirectoryError):
                 continue
-            listed.append(rel)
+            listed.append(FileStamp.from_stat(rel, st, now))
             names = {entry.name for entry in entries}
             if any(name in names for name in BUILD_FILES):
                 packages.append(rel)
