@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from kiln.errors import KilnError
+from kiln.loading import glob
 from kiln.loading.package import GENERATED_FILE, Package
 
 from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace
@@ -299,3 +302,23 @@ def test_every_rule_has_a_strict_pydantic_schema() -> None:
             True,
             True,
         ), name
+
+
+def test_glob_through_symlinks_fanning_out_is_an_error_not_a_hang(
+    make_workspace: MakeWorkspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(glob, "MAX_ENTRIES", 1_000)
+    ws = make_workspace({"p/BUILD": 'filegroup(name = "all", srcs = glob(["**"]))\n'})
+    for level in range(12):  # each level links twice to the next: 4,096 paths to the last
+        (ws.root / f"p/l{level}").mkdir()
+        if level:
+            os.symlink(f"../l{level}", ws.root / f"p/l{level - 1}/a")
+            os.symlink(f"../l{level}", ws.root / f"p/l{level - 1}/b")
+    run = ws.kiln("query", "//...")
+    assert run.code == 1
+    assert run.err == (
+        "ERROR: p/BUILD:1:32: //p:all: glob(['**']) examined more than 1,000 directory "
+        "entries in package 'p'\n"
+        "  hint: symlinks inside the package may lead into the same directories again and "
+        "again; narrow the pattern, or list the directory in .kilnignore\n"
+    )

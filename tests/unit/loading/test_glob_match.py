@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from kiln.loading import glob as glob_module
 from kiln.loading.glob import check_pattern, glob
 
 FILES = [
@@ -128,3 +129,48 @@ def test_ignored_directories_are_not_entered(package: Path) -> None:
     assert "lib/deep/d.py" not in matches
     assert "lib/c.py" in matches
     assert "lib/deep" not in listed
+
+
+def test_symlinks_out_of_the_package_add_nothing(
+    package: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # Issue 11, B4: a link to /usr/include made 17,161 files outside the workspace sources.
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "stdio.h").write_text("")
+    (outside / "sys").mkdir()
+    (outside / "sys/types.h").write_text("")
+    os.symlink(outside, package / "lib/include")
+    os.symlink(outside / "stdio.h", package / "lib/stdio.h")
+    os.symlink("../../outside_nowhere/../" + outside.name, package / "lib/relative")
+    assert _matches(package, ["lib/**"]) == ["lib/c.py", "lib/deep/d.py", "lib/deep/data.json"]
+
+
+@pytest.mark.timeout(20)
+def test_symlink_to_the_root_directory_does_not_hang(package: Path) -> None:
+    os.symlink("/", package / "lib/root")
+    os.symlink("/usr/include", package / "lib/include")
+    assert _matches(package, ["**/*.h", "lib/**"]) == [
+        "lib/c.py",
+        "lib/deep/d.py",
+        "lib/deep/data.json",
+    ]
+
+
+def test_fifo_is_no_source(package: Path) -> None:
+    os.mkfifo(package / "lib/pipe.py")
+    assert _matches(package, ["lib/*.py"]) == ["lib/c.py"]
+
+
+def test_symlinks_fanning_out_inside_the_package_stop_at_the_entry_limit(
+    package: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 20 levels, each linking twice to the next: 2**20 paths to the last one.
+    monkeypatch.setattr(glob_module, "MAX_ENTRIES", 10_000)
+    for level in range(20):
+        (package / f"fan/l{level}").mkdir(parents=True)
+        (package / f"fan/l{level}/f.txt").write_text("")
+        if level:
+            os.symlink(f"../l{level}", package / f"fan/l{level - 1}/a")
+            os.symlink(f"../l{level}", package / f"fan/l{level - 1}/b")
+    with pytest.raises(glob_module.GlobTooLarge):
+        _matches(package, ["fan/**"])

@@ -148,6 +148,13 @@ class PackageBuilder:
             )
         except OSError as error:
             raise self.fail(f"glob(): cannot list {error.filename}: {error.strerror}") from None
+        except glob.GlobTooLarge:
+            raise self.fail(
+                f"glob({include}) examined more than {glob.MAX_ENTRIES:,} directory entries "
+                f"in package '{self.package}'",
+                hint="symlinks inside the package may lead into the same directories again "
+                "and again; narrow the pattern, or list the directory in .kilnignore",
+            ) from None
         for rel, st in listed.items():
             if rel not in self.globbed_dirs:
                 path = f"{prefix}{rel}" if rel else self.package
