@@ -8,11 +8,13 @@ import nothing.
 
 from __future__ import annotations
 
+import re
+
 import starlark as sl
 
 from kiln.errors import KilnError, LoadingError, Location
 from kiln.label import target_name_problem
-from kiln.loading import natives, source_files, starlark_errors
+from kiln.loading import natives, nesting, rust_panics, source_files, starlark_errors
 from kiln.loading.bzl import BzlLoader, build_dialect
 from kiln.loading.package import FileStamp, Package
 from kiln.loading.package_builder import PackageBuilder
@@ -88,6 +90,11 @@ class BuildFileEvaluator:
                 f"{build_file} is not valid UTF-8 (byte {error.start})",
                 location=Location(build_file),
             ) from None
+        try:
+            nesting.check(source, build_file)
+        except LoadingError as error:
+            error.label = _declared_in_statement(package, source, error.location)
+            raise
         builder = PackageBuilder(
             package,
             self.workspace.path(package),
@@ -95,19 +102,54 @@ class BuildFileEvaluator:
             ignored=self.workspace.is_ignored,
         )
         read: set[str] = set()
-        module = sl.Module()
-        natives.add_to(module, self.table)
         try:
-            ast = sl.parse(build_file, source, self.dialect)
-            with natives.building(builder):
-                sl.eval(module, ast, self.globals, self.bzl.file_loader(package, build_file, read))
+            self._eval(builder, build_file, source, read)
         except sl.StarlarkError as error:
             text = str(error)
             if builder.located:
                 location = starlark_errors.location_from(text)
                 raise _Located(_with_column(location, build_file, source)) from None
             raise self._error(text, builder, build_file, source) from None
-        return builder, read
+        except rust_panics.StarlarkPanic as panic:
+            message = panic.message
+        else:
+            return builder, read
+        raise self._panic_error(message, builder.package, build_file, source)
+
+    def _eval(self, builder: PackageBuilder, build_file: str, source: str, read: set[str]) -> None:
+        module = sl.Module()
+        natives.add_to(module, self.table)
+        with rust_panics.calls_into_starlark():
+            ast = sl.parse(build_file, source, self.dialect)
+            with natives.building(builder):
+                loader = self.bzl.file_loader(builder.package, build_file, read)
+                sl.eval(module, ast, self.globals, loader)
+
+    def _panic_error(self, message: str, package: str, build_file: str, source: str) -> KilnError:
+        """Where the panic happened: the BUILD file's statements evaluated one by one."""
+        rust_panics.release_failed_run()
+        module = sl.Module()
+        natives.add_to(module, self.table)
+        builder = PackageBuilder(
+            package, self.workspace.path(package), ignored=self.workspace.is_ignored
+        )
+        loader = self.bzl.file_loader(package, build_file, set())
+
+        def run(text: str) -> None:
+            with natives.building(builder):
+                sl.eval(module, sl.parse(build_file, text, self.dialect), self.globals, loader)
+
+        line = rust_panics.panicking_line(nesting.statements(source), run)
+        location = _with_column(Location(build_file, line or 0), build_file, source)
+        error = LoadingError(
+            rust_panics.describe(message),
+            location=location,
+            hint="build a smaller value; the evaluator cannot report this as a Starlark error",
+        )
+        name = starlark_errors.target_name_at(source, location) if location and line else None
+        if name is not None and target_name_problem(name) is None:
+            error.label = f"//{package}:{name}"
+        return error
 
     def _error(self, text: str, builder: PackageBuilder, build_file: str, source: str) -> KilnError:
         error = builder.pending or self.bzl.take_pending()
@@ -129,6 +171,23 @@ def _with_column(location: Location | None, build_file: str, source: str) -> Loc
     if location is None or location.file != build_file:
         return location
     return starlark_errors.with_column(location, source)
+
+
+_NAME = re.compile(r"""\bname\s*=\s*(["'])([^"'\n]*)\1""")
+
+
+def _declared_in_statement(package: str, source: str, location: Location | None) -> str | None:
+    """The target the statement at `location` declares, found without parsing it
+    (Python's parser gives up on nesting as deep as starlark-rust's does)."""
+    if location is None:
+        return None
+    for line, text in reversed(nesting.statements(source)):
+        if line <= location.line:
+            found = _NAME.search(text)
+            if found and target_name_problem(found.group(2)) is None:
+                return f"//{package}:{found.group(2)}"
+            return None
+    return None
 
 
 class _Located(Exception):

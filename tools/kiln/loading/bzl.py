@@ -14,7 +14,7 @@ import starlark as sl
 
 from kiln.errors import KilnError, LabelError, LoadingError, Location
 from kiln.label import Label
-from kiln.loading import natives, starlark_errors
+from kiln.loading import natives, nesting, rust_panics, starlark_errors
 from kiln.loading.package import FileStamp
 from kiln.loading.workspace import Workspace
 
@@ -101,26 +101,60 @@ class BzlLoader:
             raise LoadingError(
                 f"cannot load '{key}': {rel} is not valid UTF-8 (byte {error.start})"
             ) from None
+        nesting.check(source, rel)
         self._loading.append(key)
         read = {rel}
+        message: str | None = None
         try:
-            module = sl.Module()
-            natives.add_to(module, self.table)
-            sl.eval(module, sl.parse("<prelude>", self._native_source, bzl_dialect()), self.globals)
+            frozen = self._evaluate(label, rel, source, read)
+        except sl.StarlarkError as error:
+            raise self._translate(error, rel) from None
+        except rust_panics.StarlarkPanic as panic:
+            message = panic.message
+        finally:
+            self._loading.pop()
+        if message is not None:
+            raise self._panic_error(message, label, rel, source)
+        self.modules[key] = frozen
+        self.files[key] = frozenset(read)
+        return frozen
+
+    def _evaluate(self, label: Label, rel: str, source: str, read: set[str]) -> sl.FrozenModule:
+        module = self._module()
+        loader = self.file_loader(label.package, rel, read)
+        with rust_panics.calls_into_starlark():
             ast = sl.parse(rel, source, bzl_dialect())
             # No package is being built while a .bzl file's top level runs, even
             # when a BUILD file's load() got us here: rules called now would
             # otherwise land in that package (and only on the first load).
             with natives.building(None):
-                sl.eval(module, ast, self.globals, self.file_loader(label.package, rel, read))
-            frozen = module.freeze()
-        except sl.StarlarkError as error:
-            raise self._translate(error, rel) from None
-        finally:
-            self._loading.pop()
-        self.modules[key] = frozen
-        self.files[key] = frozenset(read)
-        return frozen
+                sl.eval(module, ast, self.globals, loader)
+        return module.freeze()
+
+    def _module(self) -> sl.Module:
+        """A module for a .bzl file: the native functions, also as `native.<name>`."""
+        module = sl.Module()
+        natives.add_to(module, self.table)
+        with rust_panics.calls_into_starlark():
+            sl.eval(module, sl.parse("<prelude>", self._native_source, bzl_dialect()), self.globals)
+        return module
+
+    def _panic_error(self, message: str, label: Label, rel: str, source: str) -> KilnError:
+        """Where the panic happened: the .bzl file's statements evaluated one by one."""
+        rust_panics.release_failed_run()
+        module = self._module()
+        loader = self.file_loader(label.package, rel, set())
+
+        def run(text: str) -> None:
+            with natives.building(None):
+                sl.eval(module, sl.parse(rel, text, bzl_dialect()), self.globals, loader)
+
+        line = rust_panics.panicking_line(nesting.statements(source), run)
+        return LoadingError(
+            rust_panics.describe(message),
+            location=Location(rel, line, 1) if line else Location(rel),
+            hint="build a smaller value; the evaluator cannot report this as a Starlark error",
+        )
 
     def take_pending(self) -> KilnError | None:
         pending, self.pending = self.pending, None

@@ -111,7 +111,7 @@ def in_file(location: Location | None, text: str, file: str) -> Location | None:
 def _calls(source: str) -> tuple[ast.Call, ...]:
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # Python's limits are lower
         return ()
     return tuple(node for node in ast.walk(tree) if isinstance(node, ast.Call))
 
