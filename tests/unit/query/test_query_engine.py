@@ -215,3 +215,45 @@ def test_query_errors_exit_1_with_one_message(
 ) -> None:
     result = ws.kiln("query", expression)
     assert (result.code, result.out, result.err) == (1, "", error)
+
+
+# -- bounded evaluation (issue 11, B9 and B12) ----------------------------------
+
+
+def test_union_of_5000_terms_evaluates_without_recursion(ws: FixtureWorkspace) -> None:
+    # A RecursionError traceback from about 980 terms on: the parser leans the chain left.
+    terms = ["//lib:layers", "//lib:common", "//tools:tool"] * 1700
+    expression = " + ".join(terms) + " - //tools:tool ^ //lib:all"
+    assert ws.query(expression) == ["//lib:common", "//lib:layers"]
+
+
+@pytest.mark.parametrize(
+    ("expression", "caret"),
+    [
+        ("(" * 2000 + "//lib:layers" + ")" * 2000, 100),
+        ("deps(" * 3000 + "//lib:layers" + ")" * 3000, 500),
+        ("//lib:layers + " + "(//lib:common - " * 2000 + "//x" + ")" * 2000, 1615),
+    ],
+    ids=["2000_parentheses", "3000_nested_deps", "2000_nested_differences"],
+)
+def test_deep_nesting_is_a_syntax_error_not_a_recursion_error(
+    ws: FixtureWorkspace, expression: str, caret: int
+) -> None:
+    result = ws.kiln("query", expression)
+    assert (result.code, result.out) == (1, "")
+    assert result.err == (
+        "ERROR: syntax error in query expression: expression nested more than 100 levels "
+        "deep (parentheses and function calls)\n"
+        f"    {expression}\n"
+        f"    {' ' * caret}^\n"
+    )
+
+
+def test_nesting_up_to_the_limit_evaluates(ws: FixtureWorkspace) -> None:
+    expression = "deps(" * 100 + "//lib:layers" + ")" * 100
+    assert ws.query(expression) == [
+        "//lib:common",
+        "//lib:common.py",
+        "//lib:layers",
+        "//lib:layers.py",
+    ]

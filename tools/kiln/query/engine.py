@@ -41,13 +41,27 @@ class QueryEngine:
                 result.update(self.pattern(word))
             return result
         if isinstance(expr, Binary):
-            left, right = self.evaluate(expr.left), self.evaluate(expr.right)
-            if expr.op == "+":
-                return {**left, **right}
-            if expr.op == "-":
-                return {label: None for label in left if label not in right}
-            return {label: None for label in left if label in right}
+            return self._chain(expr)
         return self.call(expr)
+
+    def _chain(self, expr: Binary) -> Result:
+        """`a + b - c ^ ...`, left to right in a loop: the parser leans such a chain
+        to the left, as deep as it is long (a generated union of thousands of labels)."""
+        rights: list[tuple[str, Expr]] = []
+        left: Expr = expr
+        while isinstance(left, Binary):
+            rights.append((left.op, left.right))
+            left = left.left
+        result = dict(self.evaluate(left))
+        for op, operand in reversed(rights):
+            right = self.evaluate(operand)
+            if op == "+":
+                result.update(right)
+            elif op == "-":
+                result = {label: None for label in result if label not in right}
+            else:
+                result = {label: None for label in result if label in right}
+        return result
 
     def target(self, label: str) -> Target:
         return self.targets[label]

@@ -7,6 +7,11 @@
 Binary operators are left-associative and of equal precedence, as in
 Bazel's QueryParser. Words may be quoted with ' or "; unquoted words are
 made of letters, digits and `*/@.-_:$~[]`, and may not start with - or *.
+
+The parser and the evaluator recurse once per level of parentheses and
+function calls, so nesting is bounded at MAX_NESTING (a syntax error, not a
+RecursionError after some thousand levels); a chain of binary operators is
+read, and evaluated, in a loop, however long.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ class Binary:
 
 
 Expr = Word | SetOf | Call | Binary
+
+MAX_NESTING = 100
 
 _OPS = {"+": "+", "union": "+", "-": "-", "except": "-", "^": "^", "intersect": "^"}
 _TOKEN = re.compile(
@@ -120,6 +127,7 @@ class _Parser:
         self.text = text
         self.tokens = tokenize(text)
         self.i = 0
+        self.nesting = 0  # parentheses and calls open at the current token
 
     def parse(self) -> Expr:
         if not self.tokens:
@@ -163,8 +171,10 @@ class _Parser:
     def primary(self) -> Expr:
         tok = self.take()
         if tok.kind == "(":
+            self.enter(tok)
             expr = self.expression()
             self.take(")")
+            self.nesting -= 1
             return expr
         if tok.kind == "quoted":
             return Word(tok.text)
@@ -182,8 +192,21 @@ class _Parser:
                 words.append(tok2.text)
             return SetOf(tuple(words))
         if nxt is not None and nxt.kind == "(":
-            return self.call(tok)
+            self.enter(tok)
+            call = self.call(tok)
+            self.nesting -= 1
+            return call
         return Word(tok.text)
+
+    def enter(self, tok: _Tok) -> None:
+        self.nesting += 1
+        if self.nesting > MAX_NESTING:
+            raise _error(
+                self.text,
+                tok.pos,
+                f"expression nested more than {MAX_NESTING} levels deep "
+                "(parentheses and function calls)",
+            )
 
     def call(self, name: _Tok) -> Call:
         signature = FUNCTIONS.get(name.text)
