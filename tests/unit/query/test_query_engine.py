@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kiln_workspace import FixtureWorkspace, write_files
+from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace, write_files
 
 FILES = {
     "models/BUILD": """\
@@ -201,8 +201,7 @@ def test_empty_result_says_so_and_succeeds(ws: FixtureWorkspace) -> None:
         ("'-//lib:all'", "ERROR: '-//lib:all': negative patterns are written 'X - Y' in queries\n"),
         (
             "kind('(', //...)",
-            "ERROR: invalid regular expression '(': missing ), unterminated "
-            "subpattern at position 0\n",
+            "ERROR: invalid regular expression '(': missing ): (\n",
         ),
         (
             "//lib:a:b",
@@ -257,3 +256,53 @@ def test_nesting_up_to_the_limit_evaluates(ws: FixtureWorkspace) -> None:
         "//lib:layers",
         "//lib:layers.py",
     ]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "filter('(a+)+$', //backtrack:all)",
+        "kind('((((.*)*)*)*)*x', //backtrack:all)",
+        "attr(cmd, '(x+x+)+y', //backtrack:all)",
+    ],
+)
+def test_catastrophic_regex_matches_in_linear_time(
+    make_workspace: MakeWorkspace, expression: str
+) -> None:
+    # Python's re backtracks on these for minutes to centuries; RE2 does not.
+    name = "a" * 40 + "!"
+    ws = make_workspace(
+        {
+            "backtrack/BUILD": f'genrule(name = "{name}", outs = ["o"], cmd = "{"x" * 40}")\n',
+        }
+    )
+    assert ws.query(expression) == []
+
+
+@pytest.mark.parametrize(
+    ("pattern", "error"),
+    [
+        (
+            "(a)\\1",
+            "invalid regular expression '(a)\\1': invalid escape sequence: \\1\n"
+            "  hint: kiln matches with RE2: Python's syntax without backreferences or "
+            "lookaround",
+        ),
+        (
+            "a(?=b)",
+            "invalid regular expression 'a(?=b)': invalid perl operator: (?=\n"
+            "  hint: kiln matches with RE2: Python's syntax without backreferences or "
+            "lookaround",
+        ),
+        (
+            "x{1000}{1000}",
+            "invalid regular expression 'x{1000}{1000}': bad repetition operator: {1000}{1000}",
+        ),
+    ],
+)
+def test_regex_re2_cannot_match_is_refused_with_a_message(
+    ws: FixtureWorkspace, pattern: str, error: str
+) -> None:
+    result = ws.kiln("query", f"filter('{pattern}', //lib:all)")
+    assert (result.code, result.out, result.err) == (1, "", f"ERROR: {error}\n")

@@ -7,7 +7,6 @@ build the graph of their argument's closure, which also checks it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from kiln.errors import KilnError
@@ -16,7 +15,9 @@ from kiln.loading import patterns
 from kiln.loading.graph import GraphBuilder
 from kiln.loading.loader import PackageLoader
 from kiln.loading.package import Target
+from kiln.query import safe_regex
 from kiln.query.parser import Binary, Call, Expr, SetOf, Word
+from kiln.query.safe_regex import Regex
 
 Result = dict[str, None]
 
@@ -184,11 +185,8 @@ class QueryEngine:
         return {}
 
     @staticmethod
-    def _regex(pattern: str) -> re.Pattern[str]:
-        try:
-            return re.compile(pattern)
-        except re.error as error:
-            raise QueryError(f"invalid regular expression '{pattern}': {error}") from None
+    def _regex(pattern: str) -> Regex:
+        return safe_regex.compile(pattern)
 
 
 def kind_description(target: Target) -> str:
