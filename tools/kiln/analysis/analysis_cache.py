@@ -68,7 +68,7 @@ class AnalysisCache:
     def load(
         self, loader: PackageLoader, graph: TargetGraph, labels: list[str], host: HostFacts
     ) -> CachedAnalysis | None:
-        data = state_file.read(self.path, FORMAT)
+        data = state_file.read(self.path, FORMAT, _is_valid, "the analysis cache")
         if data is None or data["fingerprint"] != fingerprint(loader, graph, labels, host):
             return None
         code: CodeStamp = data["code"]
@@ -97,3 +97,17 @@ class AnalysisCache:
             toolchains=toolchains,
             analysis=analysis,
         )
+
+
+def _is_valid(data: dict[str, Any]) -> bool:
+    analysis = data["analysis"]
+    return (
+        isinstance(data["fingerprint"], str)
+        and isinstance(data["code"], CodeStamp)
+        and isinstance(data["toolchains"], list)
+        and all(isinstance(t, tuple) and len(t) == 2 for t in data["toolchains"])
+        and isinstance(analysis, CachedAnalysis)
+        and isinstance(analysis.requested, dict)
+        and all(state_file.all_of(files, File) for files in analysis.requested.values())
+        and state_file.all_of(analysis.actions, Action)
+    )

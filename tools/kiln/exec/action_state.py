@@ -14,6 +14,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kiln import state_file
 from kiln.cache.action_cache import ActionResult
@@ -45,7 +46,7 @@ class ActionState:
         self.entries: dict[str, StateEntry] = {}
         self._lock = threading.Lock()
         self._dirty = False
-        data = state_file.read(path, FORMAT)
+        data = state_file.read(path, FORMAT, _is_valid, "the action state")
         if data is not None:
             self.entries = data["entries"]
 
@@ -83,3 +84,15 @@ class ActionState:
         if self._dirty:
             state_file.write(self.path, FORMAT, entries=self.entries)
             self._dirty = False
+
+
+def _is_valid(data: dict[str, Any]) -> bool:
+    entries = data["entries"]
+    return isinstance(entries, dict) and all(
+        isinstance(name, str)
+        and isinstance(entry, StateEntry)
+        and isinstance(entry.key, str)
+        and state_file.all_of(entry.outputs, OutputRecord)
+        and all(isinstance(out.path, str) for out in entry.outputs)
+        for name, entry in entries.items()
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 from kiln import state_file
 from kiln.action_graph import Action
@@ -27,7 +28,7 @@ class ExplainLog:
         self.entries: dict[str, ActionKey] = {}
         self._lock = threading.Lock()
         self._dirty = False
-        data = state_file.read(path, FORMAT)
+        data = state_file.read(path, FORMAT, _is_valid, "the explain log")
         if data is not None:
             self.entries = data["entries"]
 
@@ -70,3 +71,14 @@ class ExplainLog:
         if self._dirty:
             state_file.write(self.path, FORMAT, entries=self.entries)
             self._dirty = False
+
+
+def _is_valid(data: dict[str, Any]) -> bool:
+    entries = data["entries"]
+    return isinstance(entries, dict) and all(
+        isinstance(name, str)
+        and isinstance(key, ActionKey)
+        and isinstance(key.inputs, dict)
+        and isinstance(key.platform, tuple)
+        for name, key in entries.items()
+    )

@@ -1,0 +1,89 @@
+"""kiln's state files of the wrong shape cost a warning and some time, never a build.
+
+A state file that unpickles but holds other types (written by other code, or
+by a kiln whose classes differ under the same format number), or a directory
+where the file belongs, broke every later build with a traceback (issue 11,
+B8), although state_file.py promised that such a file "costs only time".
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+from kiln.cli.session import Session, StartupOptions
+
+from tests.e2e.harness import Workspace
+
+BUILD = 'genrule(name = "g", srcs = ["in.txt"], outs = ["g.txt"], cmd = "cat $< > $@")\n'
+
+STATES = {
+    "graph-cache.pickle": "the graph cache",
+    "analysis-cache.pickle": "the analysis cache",
+    "action-state.pickle": "the action state",
+    "explain.pickle": "the explain log",
+}
+
+
+def _built(ws: Workspace) -> Path:
+    ws.write("p/BUILD", BUILD)
+    ws.write("p/in.txt", "one\n")
+    run = ws.kiln("build", "//p:g", "--explain")
+    assert run.code == 0, run.err
+    output_base = Session.create(ws.root, StartupOptions()).output_base
+    assert sorted(p.name for p in output_base.glob("*.pickle")) == sorted(STATES)
+    return output_base
+
+
+def _wrong_shape(path: Path) -> None:
+    """The same pickle, with every field but the format and fingerprint of the wrong type."""
+    data = pickle.loads(path.read_bytes())
+    wrong = {
+        key: (value if key in ("format", "fingerprint") else [1, 2]) for key, value in data.items()
+    }
+    path.write_bytes(pickle.dumps(wrong))
+
+
+@pytest.mark.parametrize("name", sorted(STATES))
+def test_state_file_of_the_wrong_shape_is_discarded_with_a_warning(
+    ws: Workspace, name: str
+) -> None:
+    path = _built(ws) / name
+    _wrong_shape(path)
+    ws.write("p/in.txt", "two\n")  # so that every state file is read and written again
+
+    run = ws.kiln("build", "//p:g", "--explain")
+
+    assert run.code == 0, run.err
+    assert "Traceback" not in run.err
+    assert (
+        f"WARNING: {path} does not hold {STATES[name]} in the shape this kiln writes: discarded\n"
+    ) in run.err
+    assert ws.out("p/g.txt") == "two\n"
+    assert pickle.loads(path.read_bytes())  # written anew, in the right shape
+    again = ws.kiln("build", "//p:g", "--explain")
+    assert again.code == 0
+    assert "WARNING" not in again.err
+
+
+@pytest.mark.parametrize("name", sorted(STATES))
+def test_directory_in_place_of_a_state_file_is_a_warning_not_a_crash(
+    ws: Workspace, name: str
+) -> None:
+    path = _built(ws) / name
+    path.unlink()
+    path.mkdir()
+    (path / "something").write_text("")
+    for text in ("two\n", "three\n"):
+        ws.write("p/in.txt", text)
+        run = ws.kiln("build", "//p:g", "--explain")
+        assert run.code == 0, run.err
+        assert "Traceback" not in run.err
+        assert run.err.count("WARNING") == 1
+        assert (
+            f"WARNING: {path} is a directory, not {STATES[name]}: ignored, and not kept "
+            "until it is removed\n"
+        ) in run.err
+        assert ws.out("p/g.txt") == text
+    assert (path / "something").exists()  # the directory is left alone
