@@ -50,6 +50,8 @@ class PackageBuilder:
         self.globbed_dirs: dict[str, FileStamp] = {}
         self.globbed_files: set[str] = set()  # every file glob() returned, likewise
         self.locate_index = locate_index
+        self._outputs: dict[str, str] = {}  # output path -> the rule declaring it
+        self._inside: dict[str, str] = {}  # each directory above an output -> one such output
         self.pending: KilnError | None = None  # the error behind the next StarlarkError
         self.located = False
         self._next_index = 0
@@ -128,8 +130,34 @@ class PackageBuilder:
                 f"'{self.package}'",
                 label=rule_label,
             )
+        self._check_nesting(out, rule_label)
         self.targets[out] = Target(
             str(out_label), GENERATED_FILE, {"generating_rule": rule_label}, (rule_label,), index
+        )
+
+    def _check_nesting(self, out: str, rule_label: str) -> None:
+        """An output may not be a directory another output lies in: kiln-out/ cannot
+        hold `d` as a file and `d/x` too (every build crashed on it)."""
+        parts = out.split("/")
+        for i in range(1, len(parts)):
+            outer = "/".join(parts[:i])
+            if outer in self._outputs:
+                raise self._nesting_error(rule_label, out, rule_label, outer, self._outputs[outer])
+        inner = self._inside.get(out)
+        if inner is not None:
+            raise self._nesting_error(rule_label, inner, self._outputs[inner], out, rule_label)
+        self._outputs[out] = rule_label
+        for i in range(1, len(parts)):
+            self._inside.setdefault("/".join(parts[:i]), out)
+
+    def _nesting_error(
+        self, current: str, inner: str, inner_rule: str, outer: str, outer_rule: str
+    ) -> Exception:
+        return self.fail(
+            f"output '{inner}' of {inner_rule} lies inside output '{outer}' of {outer_rule}: "
+            f"'{outer}' cannot be both a file and a directory",
+            label=current,
+            hint="rename one of the two outputs",
         )
 
     def glob(self, include: Any, exclude: Any, allow_empty: Any) -> list[str]:
