@@ -46,6 +46,7 @@ class Analyzer:
         self.analyzed: dict[str, AnalyzedTarget] = {}
         self.actions: list[Action] = []
         self.producer: dict[str, Action] = {}
+        self._inside: dict[str, str] = {}  # each directory above an output -> one such output
 
     def analyze(self, labels: list[str]) -> ActionGraph:
         for label in labels:
@@ -109,9 +110,42 @@ class Analyzer:
                         f"output {output.path} is also produced by "
                         f"{self.producer[output.path].owner}",
                     )
+                self._check_nesting(target, output.path)
                 self.producer[output.path] = action
             self.actions.append(action)
         return AnalyzedTarget(target.label, providers)
 
-    def _error(self, target: Target, message: str) -> KilnError:
-        return AnalysisError(message, label=target.label, location=self.locate(target))
+    def _check_nesting(self, target: Target, path: str) -> None:
+        """No output may be a directory that another output lies in, across packages too:
+        //a's output `b` is kiln-out/a/b, where //a/b's outputs go (loading checks one
+        package's outputs among themselves)."""
+        parts = path.split("/")
+        outer = next(
+            (
+                "/".join(parts[:i])
+                for i in range(1, len(parts))
+                if "/".join(parts[:i]) in self.producer
+            ),
+            None,
+        )
+        if outer is not None:
+            other = self.producer[outer].owner
+            raise self._error(
+                target,
+                f"output {path} lies inside output {outer} of {other}: {outer} cannot be both "
+                "a file and a directory",
+                hint="rename the output, or the package",
+            )
+        inner = self._inside.get(path)
+        if inner is not None:
+            raise self._error(
+                target,
+                f"output {path} is a directory holding output {inner} of "
+                f"{self.producer[inner].owner}: it cannot be both a file and a directory",
+                hint="rename the output, or the package",
+            )
+        for i in range(1, len(parts)):
+            self._inside.setdefault("/".join(parts[:i]), path)
+
+    def _error(self, target: Target, message: str, hint: str | None = None) -> KilnError:
+        return AnalysisError(message, label=target.label, location=self.locate(target), hint=hint)
