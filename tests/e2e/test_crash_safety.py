@@ -26,6 +26,7 @@ def _workspace(ws: Workspace) -> None:
             f"""
             genrule(
                 name = "big{p}",
+                visibility = ["//p{p + 1}:__pkg__"],  # the next package builds on it
                 srcs = [{dep}"seed.txt"],
                 outs = ["big{p}.bin"],
                 # a few MB, so kills land inside writes too

@@ -12,7 +12,14 @@ from kiln.loading.package import FileStamp, Package, Target
 TARGET = Target("//a:b", "genrule", {"outs": ["b.txt"]}, ("//a:c",), 3)
 STAMP = FileStamp("a/BUILD", 1, 2, 3, 4, 5)
 PACKAGE = Package(
-    "a", "a/BUILD", {"b": TARGET}, ["//visibility:public"], (STAMP,), ("//a:x",), frozenset({"c"})
+    "a",
+    "a/BUILD",
+    {"b": TARGET},
+    ["//visibility:public"],
+    (STAMP,),
+    ("//a:x",),
+    frozenset({"c"}),
+    {"x": ("//visibility:public",)},
 )
 
 

@@ -54,6 +54,7 @@ class BuildFileEvaluator:
             default_visibility=builder.default_visibility,
             stamps=tuple(stamps),
             source_files=tuple(sorted(builder.exported_files)),
+            exported=builder.exported,
             files=frozenset(
                 name
                 for name in referenced

@@ -3,7 +3,7 @@
 Building it loads each package the closure touches, turns references to
 plain files into source-file targets, and rejects dangling references and
 dependency cycles, each with the file, line and label of the referring
-target.
+target; and, for builds, dependencies their targets may not see.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from kiln.errors import KilnError, LoadingError
+from kiln.loading import visibility
 from kiln.loading.loader import NoSuchPackage, PackageLoader
 from kiln.loading.package import SOURCE_FILE, Target
 from kiln.loading.workspace import BUILD_FILES
@@ -39,9 +40,11 @@ def split(label: str) -> tuple[str, str]:
 
 
 class GraphBuilder:
-    def __init__(self, loader: PackageLoader):
+    def __init__(self, loader: PackageLoader, *, check_visibility: bool = True):
         self.loader = loader
         self.root = str(loader.workspace.root)
+        # Builds check it; `kiln query` does not, as in Bazel (see visibility.py).
+        self.check_visibility = check_visibility
 
     def build(self, roots: list[str]) -> TargetGraph:
         targets: dict[str, Target] = {}
@@ -56,6 +59,8 @@ class GraphBuilder:
                     targets[dep] = self.resolve(dep, target)
                     stack.append(dep)
         self._check_cycles(targets, roots)
+        if self.check_visibility:
+            visibility.check(targets, self.loader.package, self.loader.location_of)
         return TargetGraph(targets, roots)
 
     def resolve(self, label: str, referrer: Target | None) -> Target:

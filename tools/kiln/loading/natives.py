@@ -61,8 +61,8 @@ def _package(**kwargs: Any) -> None:
 
 
 def _exports_files(srcs: Any = None, visibility: Any = None, licenses: Any = None) -> None:
-    del visibility, licenses
-    _builder("exports_files").exports_files(srcs)
+    del licenses
+    _builder("exports_files").exports_files(srcs, visibility)
 
 
 def _package_name() -> str:

@@ -131,6 +131,8 @@ class Package:
     # disk, outside any subpackage, when it was evaluated (their directories
     # are among the stamps): the graph takes them without looking again.
     files: frozenset[str] = frozenset()
+    # Files exports_files() names, with the visibility it gives them (see visibility.py).
+    exported: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __reduce__(self) -> tuple[type[Package], tuple[Any, ...]]:
         return Package, (
@@ -141,4 +143,5 @@ class Package:
             self.stamps,
             self.source_files,
             self.files,
+            self.exported,
         )

@@ -17,6 +17,8 @@ from kiln.errors import KilnError, LabelError, LoadingError
 from kiln.label import Label, canonical, target_name_problem
 from kiln.loading import attr_errors, glob
 from kiln.loading.package import GENERATED_FILE, SOURCE_FILE, FileStamp, Target
+from kiln.loading.visibility import PUBLIC
+from kiln.loading.visibility import problem as visibility_problem
 from kiln.rule_api.attrs import LABEL, OUTPUT
 
 if TYPE_CHECKING:
@@ -45,6 +47,7 @@ class PackageBuilder:
         self.targets: dict[str, Target] = {}
         self.default_visibility: list[str] | None = None
         self.exported_files: set[str] = set()
+        self.exported: dict[str, tuple[str, ...]] = {}  # file name -> its visibility
         # Directories glob() listed, relative to the package directory, each with
         # its stamp (workspace-relative) taken before the first listing.
         self.globbed_dirs: dict[str, FileStamp] = {}
@@ -103,7 +106,9 @@ class PackageBuilder:
             else:
                 attrs[field] = [self._resolve(v, field, rule, label) for v in value]
                 deps.extend(attrs[field])
-        if attrs.get("visibility") is None and self.default_visibility is not None:
+        if attrs.get("visibility") is not None:
+            attrs["visibility"] = self._visibility(attrs["visibility"], f"{rule.name}()", label)
+        elif self.default_visibility is not None:
             attrs["visibility"] = list(self.default_visibility)
 
         self.targets[name] = Target(label, rule.name, attrs, tuple(dict.fromkeys(deps)), index)
@@ -205,16 +210,34 @@ class PackageBuilder:
         if visibility is not None:
             if not isinstance(visibility, list) or not all(isinstance(v, str) for v in visibility):
                 raise self.fail("package(): default_visibility must be a list of labels")
-            self.default_visibility = visibility
+            self.default_visibility = self._visibility(visibility, "package()", None)
 
-    def exports_files(self, srcs: Any) -> None:
+    def exports_files(self, srcs: Any, visibility: Any) -> None:
         if not isinstance(srcs, list) or not all(isinstance(s, str) for s in srcs):
             raise self.fail("exports_files(): srcs must be a list of file names")
+        if visibility is None:
+            granted: tuple[str, ...] = (PUBLIC,)
+        elif isinstance(visibility, list) and all(isinstance(v, str) for v in visibility):
+            granted = tuple(self._visibility(visibility, "exports_files()", None))
+        else:
+            raise self.fail("exports_files(): visibility must be a list of labels")
         for src in srcs:
             label = self._resolve(src, "exports_files()", None, None)
             if not label.startswith(f"//{self.package}:"):
                 raise self.fail(f"exports_files(): '{src}' is not a file of this package")
             self.exported_files.add(label)
+            self.exported[label[label.index(":") + 1 :]] = granted
+
+    def _visibility(self, entries: list[str], where: str, owner: str | None) -> list[str]:
+        """The entries made canonical (':__pkg__' is this package's), each one checked."""
+        labels = []
+        for entry in entries:
+            label = self._resolve(entry, f"visibility of {where}", None, owner)
+            problem = visibility_problem(label)
+            if problem is not None:
+                raise self.fail(f"{where}: {problem}", label=owner)
+            labels.append(label)
+        return labels
 
     # -- helpers --------------------------------------------------------------
 

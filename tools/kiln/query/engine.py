@@ -30,7 +30,7 @@ class QueryEngine:
     def __init__(self, loader: PackageLoader, working_package: str):
         self.loader = loader
         self.working_package = working_package
-        self.graph = GraphBuilder(loader)
+        self.graph = GraphBuilder(loader, check_visibility=False)  # as Bazel's query
         self.targets: dict[str, Target] = {}
 
     def evaluate(self, expr: Expr) -> Result:
