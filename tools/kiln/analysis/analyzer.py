@@ -95,9 +95,11 @@ class Analyzer:
         ctx: RuleContext[Any] = RuleContext(rule, target.label, attrs, deps, self.toolchains)
         try:
             returned = rule.impl(ctx)
-        except AnalysisError as error:
+        except KilnError as error:  # AnalysisError, or a LabelError (a bad $(location x))
             if error.location is None:
                 error.location = self.locate(target)
+            if error.label is None:
+                error.label = target.label
             raise
         providers = {type(p): p for p in returned}
         if DefaultInfo not in providers:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import reprlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -28,6 +29,12 @@ def describe(error: ValidationError, schema: type[RuleAttrs], rule: str) -> tupl
                 hint = f"did you mean '{close[0]}'?"
         elif kind == "missing" and not path:
             problems.append(f"{rule}() is missing the mandatory attribute '{attr}'")
+        elif kind == "value_error":
+            # A validator's own sentence (a range, how attributes fit together) says it
+            # all; the value it checked would be a dump of the attributes (issue 11).
+            msg = str(item["msg"]).removeprefix("Value error, ")
+            where = f"attribute '{attr}{path}' of {rule}()" if loc else f"{rule}()"
+            problems.append(f"{where}: {msg}")
         else:
             got = _starlark_repr(item.get("input"))
             msg = item["msg"].rstrip(".")
@@ -45,5 +52,12 @@ def _starlark_repr(value: object) -> str:
         return "None"
     if value is True or value is False:
         return "True" if value else "False"
-    text = repr(value)
+    # reprlib stops at a few levels: a value 999 deep (the most starlark-pyo3 converts)
+    # made repr() raise RecursionError, which became the message.
+    text = _SHORT.repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel = 4
+_SHORT.maxstring = _SHORT.maxother = 60

@@ -16,7 +16,7 @@ from kiln.errors import KilnError, LoadingError, Location
 from kiln.label import target_name_problem
 from kiln.loading import natives, nesting, rust_panics, source_files, starlark_errors
 from kiln.loading.bzl import BzlLoader, build_dialect
-from kiln.loading.package import FileStamp, Package
+from kiln.loading.package import GENERATED_FILE, FileStamp, Package, Target
 from kiln.loading.package_builder import PackageBuilder
 from kiln.loading.workspace import IGNORE_FILE, Workspace
 
@@ -39,11 +39,14 @@ class BuildFileEvaluator:
         referenced = source_files.referenced(package, builder.targets)
         unlisted = referenced - builder.globbed_files
         prefix = f"{package}/" if package else ""
+        outputs = [t for t in builder.targets.values() if t.kind == GENERATED_FILE]
         stamps += [builder.globbed_dirs[d] for d in sorted(builder.globbed_dirs)]
+        looked_up = source_files.lookup_dirs([*unlisted, *(t.name for t in outputs)])
         stamps += [
             FileStamp.of(self.root, f"{prefix}{d}" if d else package)
-            for d in sorted(source_files.lookup_dirs(unlisted) - builder.globbed_dirs.keys())
+            for d in sorted(looked_up - builder.globbed_dirs.keys())
         ]
+        self._check_outputs_shadow_no_source(package, build_file, outputs)
         if builder.globbed_dirs:  # .kilnignore decides which directories glob() entered
             stamps.append(FileStamp.of(self.root, IGNORE_FILE))
         package_dir = str(self.workspace.path(package))
@@ -61,6 +64,23 @@ class BuildFileEvaluator:
                 if name in builder.globbed_files or source_files.on_disk(package_dir, name)
             ),
         )
+
+    def _check_outputs_shadow_no_source(
+        self, package: str, build_file: str, outputs: list[Target]
+    ) -> None:
+        """An output named like a file of the package would hide it (Bazel: "generated file
+        ... conflicts with existing source file"). Its directories are stamped already."""
+        package_dir = str(self.workspace.path(package))
+        for output in outputs:
+            if source_files.on_disk(package_dir, output.name):
+                rule = output.deps[0]
+                raise LoadingError(
+                    f"output '{output.name}' of {rule} has the name of a source file of "
+                    f"package '{package}'",
+                    location=self.locate(package, build_file, output.index),
+                    label=rule,
+                    hint="rename the output (or the source file)",
+                )
 
     def locate(self, package: str, build_file: str, index: int) -> Location | None:
         """Where the target declared `index`-th in the package was declared.

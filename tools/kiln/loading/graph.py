@@ -8,7 +8,9 @@ target; and, for builds, dependencies their targets may not see.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from dataclasses import dataclass, field
 
 from kiln.errors import KilnError, LoadingError
@@ -87,6 +89,14 @@ class GraphBuilder:
                     f"{self._below(crossing, package_name, name)}'",
                 )
             return Target(label, SOURCE_FILE, {}, ())
+        not_a_file = _not_a_file(path, name)
+        if not_a_file is not None and referrer is not None:
+            what, fix = not_a_file
+            raise self._error(
+                referrer,
+                f"{self._attr(referrer, label)}: '{name}' is {what}, not a source file",
+                hint=fix,
+            )
         import difflib  # only on the way to an error
 
         close = difflib.get_close_matches(name, list(package.targets), n=1)
@@ -173,3 +183,27 @@ class GraphBuilder:
             label=first.label,
             hint="break the cycle by removing one of these dependencies",
         )
+
+
+def _not_a_file(path: str, name: str) -> tuple[str, str] | None:
+    """What is at `path` if it exists but is no regular file, and what to do instead."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            st = os.stat(path)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                return "a symlink loop", "point the link at a file"
+            return "a symlink to nothing", "point the link at a file, or remove it"
+    if stat.S_ISDIR(st.st_mode):
+        return "a directory", f'name the files in it, or use glob(["{name}/**"])'
+    if stat.S_ISFIFO(st.st_mode):
+        return "a FIFO", "actions read whole files: write the data to a regular file"
+    if stat.S_ISSOCK(st.st_mode):
+        return "a socket", "actions read whole files: use a regular file"
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        return "a device", "actions read whole files: use a regular file"
+    return None

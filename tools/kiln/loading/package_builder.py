@@ -53,6 +53,7 @@ class PackageBuilder:
         self.globbed_dirs: dict[str, FileStamp] = {}
         self.globbed_files: set[str] = set()  # every file glob() returned, likewise
         self.locate_index = locate_index
+        self._package_called = False
         self._outputs: dict[str, str] = {}  # output path -> the rule declaring it
         self._inside: dict[str, str] = {}  # each directory above an output -> one such output
         self.pending: KilnError | None = None  # the error behind the next StarlarkError
@@ -114,6 +115,13 @@ class PackageBuilder:
         self.targets[name] = Target(label, rule.name, attrs, tuple(dict.fromkeys(deps)), index)
         for field in rule.attrs.fields_marked(OUTPUT):
             value = attrs.get(field)
+            if value == [] and rule.attrs.model_fields[field].is_required():
+                raise self.fail(
+                    f"attribute '{field}' of {rule.name}() names no output: a {rule.name}() "
+                    "without outputs would never run",
+                    label=label,
+                    hint=f'name the files it makes, as in {field} = ["{name}.txt"]',
+                )
             for out in [value] if isinstance(value, str) else value or []:
                 self._add_output(out, label, index, rule)
 
@@ -206,6 +214,12 @@ class PackageBuilder:
             raise self.fail(f"package() got an unknown argument '{sorted(unknown)[0]}'")
         if self.targets:
             raise self.fail("package() must be called before any target is declared")
+        if self._package_called:
+            raise self.fail(
+                "package() may be called only once per BUILD file",
+                hint="merge the arguments into the first package() call",
+            )
+        self._package_called = True
         visibility = kwargs.get("default_visibility")
         if visibility is not None:
             if not isinstance(visibility, list) or not all(isinstance(v, str) for v in visibility):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kiln.errors import LabelError, LoadingError
-from kiln.label import Label, PatternKind, TargetPattern
+from kiln.errors import LabelError, LoadingError, Location
+from kiln.label import Label, PatternKind, TargetPattern, check_package_name
 from kiln.loading.graph import GraphBuilder
 from kiln.loading.loader import PackageLoader
 
@@ -42,6 +42,8 @@ def _expand_one(loader: PackageLoader, pattern: TargetPattern) -> list[str]:
     if kind in (PatternKind.PACKAGE_RULES, PatternKind.PACKAGE_TARGETS):
         return _package_targets(loader, pattern.package, kind is PatternKind.PACKAGE_TARGETS)
     packages = loader.packages_beneath(pattern.package)
+    for package in packages:
+        _check_folder_name(loader, package)
     if not packages:
         where = f"'//{pattern.package}'" if pattern.package else "the workspace"
         raise LoadingError(
@@ -88,3 +90,18 @@ def _resolve_relative(loader: PackageLoader, pattern: TargetPattern) -> Label:
         f"no package contains '{pattern.text}' (looked from '//{base}' upwards to the pattern)",
         hint="write the label in full, as //package:name",
     )
+
+
+def _check_folder_name(loader: PackageLoader, package: str) -> None:
+    """A folder with a BUILD file whose path cannot be a package name (`a:b`, `my pkg`)
+    made `//...` load some other package instead (issue 11)."""
+    try:
+        check_package_name(package)
+    except LabelError as error:
+        reason = error.message.split(": ", 1)[-1]
+        build_file = loader.workspace.build_file(package) or f"{package}/BUILD"
+        raise LoadingError(
+            f"folder '{package}' holds a BUILD file, but its path is no package name: {reason}",
+            location=Location(build_file),
+            hint="rename the folder, or list it in .kilnignore to leave it out",
+        ) from None
