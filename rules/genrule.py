@@ -46,6 +46,8 @@ class GenruleAttrs(RuleAttrs):
 ACTION_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 _VARIABLE = re.compile(r"\$(\$|@|<|\(([^)]*)\))")
+# A `$(` that no `)` closes (`$$(` is the shell's own and passes).
+_UNCLOSED = re.compile(r"(?<!\$)(?:\$\$)*\$\((?![^)]*\))")
 
 
 def implementation(ctx: RuleContext[GenruleAttrs]) -> list[object]:
@@ -121,6 +123,12 @@ def _expand(
             "write $$ for a literal $",
         )
 
+    unclosed = _UNCLOSED.search(cmd)
+    if unclosed is not None:  # bash would say "unexpected EOF" when the action ran
+        raise ctx.error(
+            f"'$(' without its ')' in cmd: {cmd[unclosed.start() : unclosed.start() + 30]!r}",
+            hint="close it, as in $(SRCS); write $$( for a shell command substitution",
+        )
     return _VARIABLE.sub(replace, cmd)
 
 

@@ -68,8 +68,23 @@ class TorchModelAttrs(RuleAttrs):
     @model_validator(mode="after")
     def _dims_match_inputs(self) -> Self:
         shapes = {spec.name: spec.shape for spec in self.inputs}
+        for name, shape in shapes.items():
+            for axis, size in enumerate(shape):
+                if size < 1:
+                    raise ValueError(
+                        f"the example input '{name}' has size {size} on axis {axis}: "
+                        "torch.export cannot trace an empty example; give every axis a size "
+                        "of 1 or more"
+                    )
+        bound: dict[tuple[str, int], str] = {}
         for dim in self.dynamic_dims:
             for name, axis in dim.axes.items():
+                other = bound.setdefault((name, axis), dim.name)
+                if other != dim.name:
+                    raise ValueError(
+                        f"dynamic dims '{other}' and '{dim.name}' both bind axis {axis} of "
+                        f"'{name}': an axis has one size, so give it one dynamic dim"
+                    )
                 if name not in shapes:
                     raise ValueError(
                         f"dynamic dim '{dim.name}' binds input '{name}', which is not in "
