@@ -79,6 +79,7 @@ def test_load_label_is_relative_to_the_loading_package(make_workspace: MakeWorks
         {
             "app/BUILD": 'load(":defs.bzl", "NAME")\nfilegroup(name = NAME)\n',
             "app/defs.bzl": 'load("//tools:more.bzl", "SUFFIX")\nNAME = "x" + SUFFIX\n',
+            "tools/BUILD": "",
             "tools/more.bzl": 'SUFFIX = "_y"\n',
         }
     )
@@ -113,6 +114,7 @@ def test_same_bzl_serves_every_package_with_its_own_package(
 ) -> None:
     ws = make_workspace(
         {
+            "tools/BUILD": "",
             "tools/macros.bzl": MACROS,
             "a/BUILD": 'load("//tools:macros.bzl", "stamped")\nstamped(name = "s")\n',
             "b/BUILD": 'load("//tools:macros.bzl", "stamped")\nstamped(name = "s")\n',
@@ -225,6 +227,7 @@ def test_rule_at_bzl_top_level_does_not_leak_into_the_loading_package(
 ) -> None:
     ws = make_workspace(
         {
+            "BUILD": "",
             "defs.bzl": 'native.filegroup(name = "sneaky")\nX = 1\n',
             "a/BUILD": 'load("//:defs.bzl", "X")\nfilegroup(name = "a")\n',
         }
@@ -257,6 +260,7 @@ def test_verbose_details_hold_the_starlark_stack_of_a_macro_error(
 ) -> None:
     ws = make_workspace(
         {
+            "tools/BUILD": "",
             "tools/macros.bzl": MACROS,
             "app/BUILD": 'load("//tools:macros.bzl", "py_group")\npy_group(name = "g", srcs = 3)\n',
         }

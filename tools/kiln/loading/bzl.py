@@ -90,7 +90,20 @@ class BzlLoader:
             cycle = " -> ".join([*self._loading[self._loading.index(key) :], key])
             raise LoadingError(f"cycle in load() statements: {cycle}")
         rel = f"{label.package}/{label.name}" if label.package else label.name
-        self.stamps[rel] = FileStamp.of(str(self.workspace.root), rel)
+        root = str(self.workspace.root)
+        # As in Bazel, a .bzl file belongs to a package: the BUILD file is read
+        # (and stamped) too, so that its removal is noticed.
+        build_file = self.workspace.build_file(label.package)
+        if build_file is None:
+            where = f"{label.package}/" if label.package else "the workspace root"
+            raise LoadingError(
+                f"cannot load '{key}': there is no package '{label.package}' (no BUILD file "
+                f"in {where})",
+                hint=f"add a BUILD file to {where}, or load the file by the label of the "
+                "package it lies in",
+            )
+        self.stamps[build_file] = FileStamp.of(root, build_file)
+        self.stamps[rel] = FileStamp.of(root, rel)
         try:
             source = self.workspace.path(rel).read_text(encoding="utf-8")
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -103,7 +116,7 @@ class BzlLoader:
             ) from None
         nesting.check(source, rel)
         self._loading.append(key)
-        read = {rel}
+        read = {rel, build_file}
         message: str | None = None
         try:
             frozen = self._evaluate(label, rel, source, read)

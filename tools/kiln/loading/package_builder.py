@@ -137,6 +137,12 @@ class PackageBuilder:
                 f"output '{out}' of {rule.name}() must be a plain file name in this package",
                 label=rule_label,
             )
+        if self._outputs.get(out) == rule_label:
+            raise self.fail(
+                f"output '{out}' is listed twice by {rule.name}()",
+                label=rule_label,
+                hint="name each output once",
+            )
         if out in self.targets:
             raise self.fail(
                 f"output '{out}' clashes with a target of the same name in package "
