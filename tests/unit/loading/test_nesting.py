@@ -174,6 +174,11 @@ def test_cheap_bound_is_never_below_the_scanned_depth(source: str) -> None:
     assert nesting._upper_bound(source) >= nesting._Scan(source).max_depth
 
 
+def test_a_file_of_no_statement_splits_into_none() -> None:
+    # Found by tests/fuzz_loading.py: a file that is all indented lines.
+    assert nesting.statements("  x = [" + "[" * 1100) == []
+
+
 def test_statements_are_split_at_top_level_lines() -> None:
     source = 'load("a", "b")\n\nx = [\n  1,\n]\n# c\nfoo(name = "a",\n    x = """\nq\n""")\n'
     assert nesting.statements(source) == [

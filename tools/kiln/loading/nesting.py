@@ -119,6 +119,8 @@ def _upper_bound(source: str) -> int:
 def statements(source: str) -> list[tuple[int, str]]:
     """The top-level statements of `source`: (first line, text) each, in order."""
     starts = _Scan(source).statement_starts
+    if not starts:
+        return []
     ends = [*starts[1:], len(source)]
     return [
         (source.count("\n", 0, start) + 1, source[start:end])
