@@ -36,12 +36,14 @@ def _built(ws: Workspace) -> Path:
     return output_base
 
 
+# What tells the reader that the file is its own, and current: kept as they are.
+STAMPS = ("format", "fingerprint", "code", "toolchains")
+
+
 def _wrong_shape(path: Path) -> None:
-    """The same pickle, with every field but the format and fingerprint of the wrong type."""
+    """The same pickle, with every field but those of STAMPS of the wrong type."""
     data = pickle.loads(path.read_bytes())
-    wrong = {
-        key: (value if key in ("format", "fingerprint") else [1, 2]) for key, value in data.items()
-    }
+    wrong = {key: (value if key in STAMPS else [1, 2]) for key, value in data.items()}
     path.write_bytes(pickle.dumps(wrong))
 
 

@@ -81,6 +81,15 @@ def target_name_problem(name: str) -> str | None:
     return None
 
 
+def package_name_problem(package: str) -> str | None:
+    """Why `package` cannot name a package ('' is the root package), or None if it can."""
+    try:
+        _check_path(package, "package name", allow_empty=True)
+    except _Invalid as error:
+        return error.reason
+    return None
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Label:
     """A canonical, absolute label: //package:name."""

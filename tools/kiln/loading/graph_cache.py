@@ -17,10 +17,10 @@ import contextlib
 import gc
 import os
 import pickle
+import sys
 from pathlib import Path
 from typing import TypeGuard
 
-from kiln import state_file
 from kiln.code_digest import CodeStamp
 from kiln.loading.package import FileStamp, Package, Target
 
@@ -54,7 +54,7 @@ class GraphCache:
             with path.open("rb") as f:
                 data = pickle.load(f)
         except IsADirectoryError:
-            state_file.directory_in_the_way(path, WHAT)
+            _warn(f"{path} is a directory, not {WHAT}: ignored, and not kept until it is removed")
             return
         except Exception:  # missing, truncated, or written by other code: start afresh
             return
@@ -69,7 +69,7 @@ class GraphCache:
             return
         packages, walk = data.get("packages"), data.get("walk")
         if not _valid_packages(packages) or not _valid_walk(walk):
-            state_file.discard(path, WHAT)
+            _discard(path)
             return
         self.packages = packages
         self.walk = walk
@@ -151,3 +151,14 @@ def _valid_walk(walk: object) -> TypeGuard[tuple[list[str], tuple[FileStamp, ...
         and isinstance(walk[0], list)
         and all(isinstance(stamp, FileStamp) for stamp in walk[1])
     )
+
+
+# As kiln.state_file warns and discards, for the one state file below it in the layers.
+def _discard(path: Path) -> None:
+    _warn(f"{path} does not hold {WHAT} in the shape this kiln writes: discarded")
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _warn(message: str) -> None:
+    sys.stderr.write(f"WARNING: {message}\n")

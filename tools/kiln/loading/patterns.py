@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kiln.errors import LabelError, LoadingError, Location
-from kiln.label import Label, PatternKind, TargetPattern, check_package_name
+from kiln.label import Label, PatternKind, TargetPattern, package_name_problem
 from kiln.loading.graph import GraphBuilder
 from kiln.loading.loader import PackageLoader
 
@@ -95,13 +95,11 @@ def _resolve_relative(loader: PackageLoader, pattern: TargetPattern) -> Label:
 def _check_folder_name(loader: PackageLoader, package: str) -> None:
     """A folder with a BUILD file whose path cannot be a package name (`a:b`, `my pkg`)
     made `//...` load some other package instead (issue 11)."""
-    try:
-        check_package_name(package)
-    except LabelError as error:
-        reason = error.message.split(": ", 1)[-1]
+    reason = package_name_problem(package)
+    if reason is not None:
         build_file = loader.workspace.build_file(package) or f"{package}/BUILD"
         raise LoadingError(
             f"folder '{package}' holds a BUILD file, but its path is no package name: {reason}",
             location=Location(build_file),
             hint="rename the folder, or list it in .kilnignore to leave it out",
-        ) from None
+        )
