@@ -18,7 +18,9 @@ CASES = 20_000
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_fuzzed_labels_queries_and_build_files_never_crash_kiln(tmp_path: Path) -> None:
+def test_fuzzed_labels_queries_and_build_files_never_crash_kiln(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "tests.fuzz_loading", f"--cases={CASES}", "--seed=11",
          f"--workdir={tmp_path}"],
@@ -31,6 +33,9 @@ def test_fuzzed_labels_queries_and_build_files_never_crash_kiln(tmp_path: Path) 
     last = (tmp_path / "current-case.txt").read_text() if run.returncode < 0 else ""
     assert run.returncode in (0, 1), f"died by signal {-run.returncode} in {last}"
     result = json.loads(run.stdout.splitlines()[-1])
+    with capsys.disabled():  # the figures README.md quotes
+        summary = {k: result[k] for k in ("tracebacks", "other_exit_codes", "exits")}
+        print(f"\nfuzz: {CASES} cases, {json.dumps(summary)}")
     assert (result["tracebacks"], result["other_exit_codes"]) == (0, 0), result["failures"]
     assert sum(result["by_kind"].values()) == CASES
     for kind in ("label", "query", "build_file"):  # each kind both passes and fails somewhere
