@@ -31,7 +31,7 @@ def _built(ws: Workspace) -> Path:
     ws.write("p/in.txt", "one\n")
     run = ws.kiln("build", "//p:g", "--explain")
     assert run.code == 0, run.err
-    output_base = Session.create(ws.root, StartupOptions()).output_base
+    output_base = Session.create(ws.root, StartupOptions()).output_base.root
     assert sorted(p.name for p in output_base.glob("*.pickle")) == sorted(STATES)
     return output_base
 
