@@ -35,7 +35,10 @@ def unbuilt_owners(graph: ActionGraph, failed: Iterable[Action]) -> set[str]:
 
 
 def withdraw(actions: Iterable[Action], failed_owners: set[str], workspace_root: Path) -> list[str]:
-    """Remove every output of the actions owned by `failed_owners`; the owners, sorted."""
+    """Remove every output of the actions owned by `failed_owners`, and the folders
+    that held only those (a C++ loader's `<name>_loader/` would otherwise stay behind,
+    empty but looking like a placed output); the owners, sorted."""
+    emptied: set[Path] = set()
     for action in actions:
         if action.owner not in failed_owners:
             continue
@@ -46,4 +49,21 @@ def withdraw(actions: Iterable[Action], failed_owners: set[str], workspace_root:
             else:
                 with contextlib.suppress(FileNotFoundError, IsADirectoryError):
                     os.unlink(path)
+            emptied.add(path.parent)
+            out_root = workspace_root / Path(output.path).parts[0]  # kiln-out/ itself stays
+    if emptied:
+        _remove_empty_folders(emptied, stop_at=out_root)
     return sorted(failed_owners)
+
+
+def _remove_empty_folders(folders: set[Path], stop_at: Path) -> None:
+    """Remove each folder and its parents while they are empty, never `stop_at` or above
+    it; the deepest first, so a parent is looked at after its children went."""
+    for deepest in sorted(folders, key=lambda path: len(path.parts), reverse=True):
+        folder = deepest
+        while folder != stop_at and stop_at in folder.parents:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (another target's outputs) or already gone
+                break
+            folder = folder.parent
