@@ -230,6 +230,47 @@ def test_keep_going_builds_past_a_target_that_fails_analysis(ws: Workspace) -> N
     assert "1 targets failed before execution" in run.err
 
 
+def broken_package_beside_a_good_one(ws: Workspace) -> None:
+    ws.write(
+        "broken/BUILD",
+        'genrule(name = "x", outs = ["x.out"], cmd = "true")\nfail("broken/BUILD was loaded")\n',
+    )
+    ws.write(
+        "app/BUILD",
+        """
+        genrule(name = "uses", srcs = ["//broken:x"], outs = ["uses.out"], cmd = "cp $< $@")
+        genrule(name = "fine", outs = ["fine.out"], cmd = "echo fine > $@")
+        """,
+    )
+
+
+def test_a_package_excluded_after_double_dash_is_never_loaded(ws: Workspace) -> None:
+    broken_package_beside_a_good_one(ws)
+    ws.write("app/BUILD", 'genrule(name = "fine", outs = ["fine.out"], cmd = "echo fine > $@")\n')
+    everything = ws.kiln("build", "//...")
+    assert everything.code == 1 and "broken/BUILD:2" in everything.err
+    run = ws.kiln("build", "--", "//...", "-//broken/...")
+    assert run.code == 0, run.err
+    assert "broken/BUILD was loaded" not in run.err
+    assert ws.out("app/fine.out") == "fine\n"
+
+
+def test_keep_going_builds_what_does_not_depend_on_a_package_that_failed_to_load(
+    ws: Workspace,
+) -> None:
+    broken_package_beside_a_good_one(ws)
+    stopped = ws.kiln("build", "//...")
+    assert stopped.code == 1 and not (ws.root / "kiln-out/app/fine.out").exists()
+    run = ws.kiln("build", "//...", "--keep_going")
+    assert run.code == 1
+    assert "Traceback" not in run.err
+    # One error for the broken package, though two patterns' targets reach it.
+    assert run.err.count("broken/BUILD was loaded") == 1, run.err
+    assert "broken/BUILD:2" in run.err
+    assert ws.out("app/fine.out") == "fine\n"
+    assert not (ws.root / "kiln-out/app/uses.out").exists()
+
+
 def test_action_env_reaches_the_action_and_its_key(ws: Workspace) -> None:
     ws.write("app/BUILD", 'genrule(name = "x", outs = ["x.out"], cmd = "echo $$GREETING > $@")\n')
     assert ws.kiln("build", "//app:x", "--action_env=GREETING=hello").code == 0

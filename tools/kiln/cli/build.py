@@ -54,16 +54,18 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
 
     _check_output_root(session)
     reports.phase("loading")
+    errors: list[KilnError] = []
+    on_error = _Reporter(errors) if options.keep_going else None
     loader = PackageLoader(session.workspace, session.graph_cache_file)
     try:
         patterns = parse_patterns(targets, session.working_package)
-        labels = expand(loader, patterns, skip_manual=True)
-        graph = GraphBuilder(loader).build(labels)
+        labels = expand(loader, patterns, skip_manual=True, on_error=on_error)
+        graph = GraphBuilder(loader).build(labels, on_error=on_error)
+        labels = graph.roots  # --keep_going: without those whose packages failed to load
     finally:
         loader.save()
     reports.phase("analysis")
 
-    errors: list[KilnError] = []
     analysis = analyze_targets(
         loader,
         graph,
@@ -139,6 +141,20 @@ def _report(error: KilnError, errors: list[KilnError]) -> None:
     """--keep_going: print the error now, remember it for the exit code, go on."""
     click.echo(f"ERROR: {error.format()}", err=True)
     errors.append(error)
+
+
+@dataclasses.dataclass
+class _Reporter:
+    """--keep_going at loading: each error once, though a broken package is met by the
+    wildcard that expands it and again by every target depending on it."""
+
+    errors: list[KilnError]
+    seen: set[str] = dataclasses.field(default_factory=set)
+
+    def __call__(self, error: KilnError) -> None:
+        if error.format() not in self.seen:
+            self.seen.add(error.format())
+            _report(error, self.errors)
 
 
 def _check_gpus(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kiln.errors import KilnError, LoadingError
@@ -48,7 +49,28 @@ class GraphBuilder:
         # Builds check it; `kiln query` does not, as in Bazel (see visibility.py).
         self.check_visibility = check_visibility
 
-    def build(self, roots: list[str]) -> TargetGraph:
+    def build(
+        self, roots: list[str], *, on_error: Callable[[KilnError], None] | None = None
+    ) -> TargetGraph:
+        """The closure of `roots`, checked. With on_error (--keep_going), a root whose
+        closure fails to load (a broken package, a dangling or invisible dependency, a
+        cycle) is reported and left out of the graph's roots; the other roots and their
+        closures stay. Roots sharing a broken package report the same error each."""
+        if on_error is None:
+            return self._build(roots)
+        kept: list[str] = []
+        targets: dict[str, Target] = {}
+        for root in roots:
+            try:
+                closure = self._build([root])
+            except KilnError as error:
+                on_error(error)
+                continue
+            kept.append(root)
+            targets.update(closure.targets)
+        return TargetGraph(targets, kept)
+
+    def _build(self, roots: list[str]) -> TargetGraph:
         targets: dict[str, Target] = {}
         for root in roots:
             if root not in targets:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from kiln.errors import LabelError, LoadingError, Location
+from collections.abc import Callable
+
+from kiln.errors import KilnError, LabelError, LoadingError, Location
 from kiln.label import Label, PatternKind, TargetPattern, package_name_problem
 from kiln.loading.graph import GraphBuilder
 from kiln.loading.loader import PackageLoader
@@ -13,16 +15,38 @@ def parse_patterns(texts: list[str], working_package: str) -> list[TargetPattern
 
 
 def expand(
-    loader: PackageLoader, patterns: list[TargetPattern], *, skip_manual: bool = False
+    loader: PackageLoader,
+    patterns: list[TargetPattern],
+    *,
+    skip_manual: bool = False,
+    on_error: Callable[[KilnError], None] | None = None,
 ) -> list[str]:
     """The labels the patterns name, in order, positives minus negatives.
 
     skip_manual (for builds, as Bazel's): wildcards (`...`, `:all`, `:*`) leave
     out targets tagged "manual"; naming one explicitly still selects it.
+
+    A package beneath a later `-//pkg/...` is never loaded, so a broken package
+    can be left out of `//...` that way (Bazel does the same).
+
+    on_error (--keep_going): a package that fails to load while a wildcard is
+    expanded is reported there and left out; the other packages' targets stay.
     """
     selected: dict[str, None] = {}
-    for pattern in patterns:
-        labels = _expand_one(loader, pattern)
+    for at, pattern in enumerate(patterns):
+        excluded = [
+            later.package
+            for later in patterns[at + 1 :]
+            if later.negative and later.kind in _RECURSIVE and not pattern.negative
+        ]
+        if pattern.negative and pattern.kind in _RECURSIVE:
+            # Everything beneath it goes; its packages need not (and must not) load.
+            for label in [
+                label for label in selected if _beneath(_package_of(label), pattern.package)
+            ]:
+                del selected[label]
+            continue
+        labels = _expand_one(loader, pattern, excluded, on_error)
         if skip_manual and pattern.kind not in (PatternKind.SINGLE, PatternKind.RELATIVE_AMBIGUOUS):
             labels = [label for label in labels if not _is_manual(loader, label)]
         if pattern.negative:
@@ -33,7 +57,23 @@ def expand(
     return list(selected)
 
 
-def _expand_one(loader: PackageLoader, pattern: TargetPattern) -> list[str]:
+_RECURSIVE = (PatternKind.RECURSIVE_RULES, PatternKind.RECURSIVE_TARGETS)
+
+
+def _package_of(label: str) -> str:
+    return label[2 : label.index(":")]
+
+
+def _beneath(package: str, prefix: str) -> bool:
+    return not prefix or package == prefix or package.startswith(prefix + "/")
+
+
+def _expand_one(
+    loader: PackageLoader,
+    pattern: TargetPattern,
+    excluded: list[str],
+    on_error: Callable[[KilnError], None] | None,
+) -> list[str]:
     kind = pattern.kind
     if kind is PatternKind.SINGLE:
         return [GraphBuilder(loader).resolve(str(pattern.label), None).label]
@@ -42,17 +82,26 @@ def _expand_one(loader: PackageLoader, pattern: TargetPattern) -> list[str]:
     if kind in (PatternKind.PACKAGE_RULES, PatternKind.PACKAGE_TARGETS):
         return _package_targets(loader, pattern.package, kind is PatternKind.PACKAGE_TARGETS)
     packages = loader.packages_beneath(pattern.package)
-    for package in packages:
-        _check_folder_name(loader, package)
     if not packages:
         where = f"'//{pattern.package}'" if pattern.package else "the workspace"
         raise LoadingError(
             f"no packages found beneath {where} (pattern '{pattern.text}')",
             hint="a package is a directory with a BUILD file",
         )
+    packages = [p for p in packages if not any(_beneath(p, prefix) for prefix in excluded)]
+    for package in packages:
+        _check_folder_name(loader, package)
     loader.prefetch(packages)
     every = kind is PatternKind.RECURSIVE_TARGETS
-    return [label for package in packages for label in _package_targets(loader, package, every)]
+    labels: list[str] = []
+    for package in packages:
+        try:
+            labels += _package_targets(loader, package, every)
+        except KilnError as error:
+            if on_error is None:
+                raise
+            on_error(error)
+    return labels
 
 
 def _is_manual(loader: PackageLoader, label: str) -> bool:
