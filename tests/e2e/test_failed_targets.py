@@ -69,3 +69,54 @@ def test_without_keep_going_nothing_that_did_not_build_stays(ws: Workspace) -> N
     built = ws.root / "kiln-out/app"
     assert not (built / "b.out").exists() and not (built / "c.out").exists()
     assert (built / "a.out").exists()
+
+
+BROKEN_B = BUILD.replace('grep -q good $<"', 'grep -q $(NOPE) $<"')  # fails analysis
+
+
+def test_a_target_failing_analysis_loses_what_its_last_good_build_placed(ws: Workspace) -> None:
+    """It has no actions this build, so what it made before is known from the record
+    of placed outputs; its dependents go too, unrelated targets stay."""
+    _workspace(ws, "good\n")
+    assert ws.kiln("build", "//app:all").code == 0
+    built = ws.root / "kiln-out/app"
+    ws.write("app/BUILD", BROKEN_B)
+    run = ws.kiln("build", "//app:all")
+    assert run.code == 1 and "$(NOPE)" in run.err
+    assert {p.name for p in built.iterdir()} == {"a.out", "d.out"}
+    assert (
+        "INFO: not built, so their outputs were removed from kiln-out/: //app:b, //app:c\n"
+        in run.err
+    )
+
+
+def test_with_keep_going_too(ws: Workspace) -> None:
+    _workspace(ws, "good\n")
+    assert ws.kiln("build", "//app:all").code == 0
+    ws.write("app/BUILD", BROKEN_B)
+    run = ws.kiln("build", "--keep_going", "//app:all")
+    assert run.code == 1
+    assert {p.name for p in (ws.root / "kiln-out/app").iterdir()} == {"a.out", "d.out"}
+    assert "removed from kiln-out/: //app:b, //app:c\n" in run.err
+
+
+def test_a_target_whose_package_fails_to_load_loses_its_outputs_with_keep_going(
+    ws: Workspace,
+) -> None:
+    _workspace(ws, "good\n")
+    ws.write(
+        "lib/BUILD",
+        'package(default_visibility = ["//visibility:public"])\n'
+        'genrule(name = "x", outs = ["x.out"], cmd = "echo x > $@")\n',
+    )
+    ws.write(
+        "app/BUILD",
+        BUILD + 'genrule(name = "uses", srcs = ["//lib:x"], outs = ["u.out"], cmd = "cp $< $@")\n',
+    )
+    assert ws.kiln("build", "//app:all").code == 0
+    ws.write("lib/BUILD", "genrule(name = \n")  # a syntax error
+    run = ws.kiln("build", "--keep_going", "//app:all")
+    assert run.code == 1 and "lib/BUILD:" in run.err
+    assert not (ws.root / "kiln-out/app/u.out").exists()
+    assert ws.out("app/c.out") == "good\n"
+    assert "removed from kiln-out/: //app:uses\n" in run.err

@@ -23,6 +23,7 @@ STATES = {
     "analysis-cache.pickle": "the analysis cache",
     "action-state.pickle": "the action state",
     "explain.pickle": "the explain log",
+    "placed-outputs.pickle": "the record of placed outputs",
 }
 
 

@@ -79,6 +79,10 @@ class OutputBase:
         return self.root / "explain.pickle"
 
     @property
+    def placed_outputs(self) -> Path:
+        return self.root / "placed-outputs.pickle"
+
+    @property
     def execroot(self) -> Path:
         return self.root / "execroot"
 
@@ -90,7 +94,7 @@ class OutputBase:
 
         The graph, analysis and digest caches stay: they describe the sources.
         """
-        return (self.explain_log, self.action_state, self.execroot)
+        return (self.explain_log, self.action_state, self.placed_outputs, self.execroot)
 
     def create(self) -> None:
         """Make the directory; a KilnError naming it if something else is in the way."""

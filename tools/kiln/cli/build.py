@@ -13,15 +13,15 @@ from kiln.analysis.targets import analyze_targets
 from kiln.cli.build_options import BuildOptions, build_options, parse_action_env
 from kiln.cli.reports import Reports, open_reports
 from kiln.cli.session import Session
-from kiln.cli.summary import print_summary
+from kiln.cli.summary import print_summary, withdrawn_line
 from kiln.errors import BuildFailure, KilnError
 from kiln.exec import host
 from kiln.exec.scheduler import Limits
-from kiln.exec.withdraw import unbuilt_owners, withdraw
+from kiln.exec.withdraw import PlacedOutputs, unbuilt_owners, withdraw
 from kiln.exec.workspace_lock import workspace_lock
 from kiln.host_facts import HostFacts
 from kiln.layout import output_root
-from kiln.loading.graph import GraphBuilder
+from kiln.loading.graph import GraphBuilder, TargetGraph
 from kiln.loading.loader import PackageLoader
 from kiln.loading.patterns import expand, parse_patterns
 
@@ -59,22 +59,30 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
     loader = PackageLoader(session.workspace, session.graph_cache_file)
     try:
         patterns = parse_patterns(targets, session.working_package)
-        labels = expand(loader, patterns, skip_manual=True, on_error=on_error)
-        graph = GraphBuilder(loader).build(labels, on_error=on_error)
+        expanded = expand(loader, patterns, skip_manual=True, on_error=on_error)
+        graph = GraphBuilder(loader).build(expanded, on_error=on_error)
         labels = graph.roots  # --keep_going: without those whose packages failed to load
     finally:
         loader.save()
     reports.phase("analysis")
 
-    analysis = analyze_targets(
-        loader,
-        graph,
-        labels,
-        AnalysisCache(session.output_base.analysis_cache),
-        HostFacts.of_this_machine(),
-        keep_going=options.keep_going,
-        report=lambda error: _report(error, errors),
-    )
+    placed = PlacedOutputs(session.output_base.placed_outputs)
+    try:
+        analysis = analyze_targets(
+            loader,
+            graph,
+            labels,
+            AnalysisCache(session.output_base.analysis_cache),
+            HostFacts.of_this_machine(),
+            keep_going=options.keep_going,
+            report=lambda error: _report(error, errors),
+        )
+    except KilnError as error:  # the build stops here: what it made before goes now
+        gone = placed.withdraw(_failed_early(graph, [error], set()), session.workspace.root)
+        placed.save()
+        if gone:
+            click.echo(f"INFO: {withdrawn_line(gone)}", err=True)
+        raise
 
     limits = Limits(
         jobs=options.jobs or host.cpu_count(),
@@ -97,6 +105,10 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
     unbuilt = unbuilt_owners(action_graph, [o.action for o in result.failed])
     unbuilt |= {e.label for e in errors if e.label}  # refused before running (a GPU)
     withdrawn = withdraw(analysis.actions, unbuilt, session.workspace.root)
+    early = _failed_early(graph, errors, set(expanded) - set(labels))
+    withdrawn = sorted({*withdrawn, *placed.withdraw(early | unbuilt, session.workspace.root)})
+    placed.record(analysis.actions, unbuilt | early)
+    placed.save()
     print_summary(
         lambda text: click.echo(text, err=True),
         analysis.requested,
@@ -115,6 +127,20 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
             + ")"
         )
     return 0
+
+
+def _failed_early(graph: TargetGraph, errors: list[KilnError], dropped: set[str]) -> set[str]:
+    """The targets a loading or analysis error stopped: the failing target, every
+    target of the graph depending on it, and the roots left out at loading."""
+    rdeps = graph.rdeps()
+    pending = [e.label for e in errors if e.label and e.label in graph.targets]
+    failed = set(dropped)
+    while pending:
+        label = pending.pop()
+        if label not in failed:
+            failed.add(label)
+            pending.extend(rdeps.get(label, ()))
+    return failed | {e.label for e in errors if e.label}
 
 
 def _check_output_root(session: Session) -> None:

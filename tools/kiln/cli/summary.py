@@ -53,10 +53,7 @@ def print_summary(
 ) -> None:
     echo(actions_line(result.outcomes))
     if withdrawn:
-        names = ", ".join(withdrawn[:SHOWN_TARGETS])
-        extra = len(withdrawn) - SHOWN_TARGETS
-        more = f" and {extra} more" if extra > 0 else ""
-        echo(f"INFO: not built, so their outputs were removed from kiln-out/: {names}{more}")
+        echo(f"INFO: {withdrawn_line(withdrawn)}")
     if result.failed or result.skipped or failed_early:
         return
     labels = list(requested)
@@ -72,3 +69,10 @@ def print_summary(
     if len(labels) > SHOWN_TARGETS:
         echo(f"  ... and {len(labels) - SHOWN_TARGETS} more targets, all up-to-date")
     echo(f"INFO: Build completed successfully in {seconds:.2f}s")
+
+
+def withdrawn_line(withdrawn: list[str]) -> str:
+    names = ", ".join(withdrawn[:SHOWN_TARGETS])
+    extra = len(withdrawn) - SHOWN_TARGETS
+    more = f" and {extra} more" if extra > 0 else ""
+    return f"not built, so their outputs were removed from kiln-out/: {names}{more}"
