@@ -25,6 +25,19 @@ CATALOGUE: dict[str, str] = {
 }
 
 
+# Bazel's own rules, which kiln implements too: a BUILD file shared with Bazel calls
+# them without a load(), so @kiln//rules:defs.bzl does not export them.
+BAZEL_NATIVE = ("filegroup", "genrule")
+
+# The label a BUILD file shared with Bazel loads kiln's rules from, and what it exports.
+DEFS_BZL = "@kiln//rules:defs.bzl"
+
+
+def exported_rules() -> tuple[str, ...]:
+    """The rules of `load("@kiln//rules:defs.bzl", ...)`: the catalogue but Bazel's own."""
+    return tuple(name for name in CATALOGUE if name not in BAZEL_NATIVE)
+
+
 def load_rule(name: str) -> Rule:
     module = importlib.import_module(f"kiln.rules.{CATALOGUE[name]}")
     rule: Rule = module.RULE

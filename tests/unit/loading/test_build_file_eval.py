@@ -86,6 +86,41 @@ def test_load_label_is_relative_to_the_loading_package(make_workspace: MakeWorks
     assert list(_package(ws, "app").targets) == ["x_y"]
 
 
+def test_kiln_rules_load_from_the_label_bazel_reads(make_workspace: MakeWorkspace) -> None:
+    """`load("@kiln//rules:defs.bzl", ...)`, the line shared with Bazel, gives kiln's own
+    rules, in BUILD files and in macros, under aliases too; no file is read for it."""
+    model = 'src = "m.py", factory = "m:build", inputs = [{"name": "x", "shape": [2]}]'
+    ws = make_workspace(
+        {
+            "tools/BUILD": "",
+            "tools/macros.bzl": f"""\
+                load("@kiln//rules:defs.bzl", "torch_model")
+
+                def model(name):
+                    torch_model(name = name, {model})
+                """,
+            "app/BUILD": f"""\
+                load("@kiln//rules:defs.bzl", "torch_model", package = "aoti_package")
+                load("//tools:macros.bzl", "model")
+
+                torch_model(name = "m", {model})
+                model(name = "n")
+                package(name = "m_pt2", model = ":m")
+                """,
+            "app/m.py": "",
+        }
+    )
+    package = _package(ws, "app")
+    assert {name: t.kind for name, t in package.targets.items()} == {
+        "m": "torch_model",
+        "n": "torch_model",
+        "m_pt2": "aoti_package",
+    }
+    # The files the graph cache re-checks: the BUILD file and the macros, nothing of @kiln.
+    files = {stamp.path for stamp in package.stamps} - {"app"}  # "app": the lookup of m.py
+    assert files == {"app/BUILD", "tools/macros.bzl"}
+
+
 def test_bzl_may_define_functions_and_lambdas(make_workspace: MakeWorkspace) -> None:
     ws = make_workspace(
         {

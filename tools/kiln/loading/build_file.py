@@ -143,7 +143,7 @@ class BuildFileEvaluator:
         with rust_panics.calls_into_starlark():
             ast = sl.parse(build_file, source, self.dialect)
             with natives.building(builder):
-                loader = self.bzl.file_loader(builder.package, build_file, read)
+                loader = self.bzl.file_loader(builder.package, build_file, read, ast.loads())
                 sl.eval(module, ast, self.globals, loader)
 
     def _panic_error(self, message: str, package: str, build_file: str, source: str) -> KilnError:

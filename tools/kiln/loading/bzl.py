@@ -3,11 +3,17 @@
 `load("//tools:macros.bzl", "m", alias = "other")` is resolved relative to
 the file that loads it. In a .bzl file `def` is allowed and the rules are
 reached as `native.<rule>`, as in Bazel.
+
+`load("@kiln//rules:defs.bzl", "aoti_package", ...)`, the line a BUILD file
+shared with Bazel starts with, is answered with kiln's built-in rules without
+reading any file (Bazel reads rules/defs.bzl, generated from the same rules).
+Every other external repository is an error.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import starlark as sl
@@ -17,6 +23,7 @@ from kiln.label import Label
 from kiln.loading import natives, nesting, rust_panics, starlark_errors
 from kiln.loading.package import FileStamp
 from kiln.loading.workspace import Workspace
+from kiln.rules import BAZEL_NATIVE, DEFS_BZL, exported_rules
 
 
 def build_dialect() -> sl.Dialect:
@@ -52,13 +59,17 @@ class BzlLoader:
         self._native_source = "native = struct({})\n".format(
             ", ".join(f"{name} = {name}" for name in sorted(table))
         )
+        self._kiln_defs: sl.FrozenModule | None = None
 
     def resolve(self, module_id: str, from_package: str, from_file: str) -> Label:
         try:
             label = Label.parse(module_id, from_package)
         except LabelError as error:
+            external = module_id.startswith("@") and not module_id.startswith(("@//", "@@//"))
             raise LoadingError(
-                f"invalid load() label: {error.message}", location=Location(from_file)
+                f"invalid load() label: {error.message}",
+                location=Location(from_file),
+                hint=f"the one external label kiln loads is {DEFS_BZL}" if external else None,
             ) from None
         if not label.name.endswith(".bzl"):
             raise LoadingError(
@@ -67,11 +78,22 @@ class BzlLoader:
             )
         return label
 
-    def file_loader(self, from_package: str, from_file: str, read: set[str]) -> sl.FileLoader:
-        """A FileLoader for one file's load() statements; adds what it reads to `read`."""
+    def file_loader(
+        self, from_package: str, from_file: str, read: set[str], loads: Sequence[Any] = ()
+    ) -> sl.FileLoader:
+        """A FileLoader for one file's load() statements (`loads`: its AST's, to check
+        the names asked of @kiln//rules:defs.bzl); adds what it reads to `read`."""
+        wanted = [
+            s
+            for statement in loads
+            if statement.module_id == DEFS_BZL
+            for s in statement.symbols.values()
+        ]
 
         def load(module_id: str) -> sl.FrozenModule:
             try:
+                if module_id == DEFS_BZL:
+                    return self.kiln_defs(wanted, from_file)
                 label = self.resolve(module_id, from_package, from_file)
                 module = self.load(label)
             except KilnError as error:
@@ -81,6 +103,29 @@ class BzlLoader:
             return module
 
         return sl.FileLoader(load)
+
+    def kiln_defs(self, symbols: Sequence[str], from_file: str) -> sl.FrozenModule:
+        """@kiln//rules:defs.bzl: the catalogue's rules, but Bazel's own (genrule, filegroup)."""
+        exported = exported_rules()
+        unknown = [name for name in symbols if name not in exported]
+        if unknown:
+            hint = f"it defines {', '.join(exported)}"
+            close = difflib.get_close_matches(unknown[0], exported, n=1)
+            if unknown[0] in BAZEL_NATIVE:
+                hint = f"{unknown[0]} is Bazel's own rule: call it without load(); {hint}"
+            elif close:
+                hint = f"did you mean '{close[0]}'? {hint}"
+            raise LoadingError(
+                f"load(): {DEFS_BZL} has no symbol '{unknown[0]}'",
+                location=Location(from_file),
+                hint=hint,
+            )
+        if self._kiln_defs is None:
+            module = sl.Module()
+            for name in exported:
+                module.add_callable(name, self.table[name])
+            self._kiln_defs = module.freeze()
+        return self._kiln_defs
 
     def load(self, label: Label) -> sl.FrozenModule:
         key = str(label)
@@ -134,9 +179,9 @@ class BzlLoader:
 
     def _evaluate(self, label: Label, rel: str, source: str, read: set[str]) -> sl.FrozenModule:
         module = self._module()
-        loader = self.file_loader(label.package, rel, read)
         with rust_panics.calls_into_starlark():
             ast = sl.parse(rel, source, bzl_dialect())
+            loader = self.file_loader(label.package, rel, read, ast.loads())
             # No package is being built while a .bzl file's top level runs, even
             # when a BUILD file's load() got us here: rules called now would
             # otherwise land in that package (and only on the first load).
