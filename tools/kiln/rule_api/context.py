@@ -140,6 +140,8 @@ class RuleContext(Generic[A]):
         attrs: A,
         deps: Mapping[str, AnalyzedTarget],
         toolchains: ToolchainResolver,
+        *,
+        output_root: str = GENERATED_ROOT,
     ):
         self.rule = rule
         self.label = label
@@ -148,6 +150,9 @@ class RuleContext(Generic[A]):
         self.name = label[label.index(":") + 1 :]
         self.host = toolchains.host
         self.actions = ActionFactory(label, toolchains.host)
+        # Where outputs go, relative to the execroot: kiln-out, or for Bazel's planning
+        # action bazel-out/<cfg>/bin (kiln.bazel.paths). Rules only ever see bin_dir.
+        self.output_root = output_root
         self._deps = deps
         self._toolchains = toolchains
         self._declared: set[str] = set()
@@ -155,7 +160,7 @@ class RuleContext(Generic[A]):
     @property
     def bin_dir(self) -> str:
         """Where this package's outputs go: kiln-out/<package> (Bazel's $(RULEDIR))."""
-        return f"{GENERATED_ROOT}/{self.package}" if self.package else GENERATED_ROOT
+        return f"{self.output_root}/{self.package}" if self.package else self.output_root
 
     def error(self, message: str, *, hint: str | None = None) -> AnalysisError:
         return AnalysisError(message, label=self.label, hint=hint)
