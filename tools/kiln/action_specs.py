@@ -444,7 +444,7 @@ class ValidationCheck(Record):
 class ValidationReport(Spec):
     """What AotiValidate found: <name>.validation.json."""
 
-    package: str
+    package: str  # its file name (mlp_pt2.pt2): a path would name the output root
     rtol: float
     atol: float
     min_cosine: float  # the threshold; each check records the lowest cosine it saw

@@ -7,9 +7,11 @@ as the Torch-TensorRT AOTInductor guide shows.
 
 Reproducibility: inductor embeds its cache path in generated sources, and a
 warm cache adds comments; the package's top folder is the file's stem. So
-each action compiles with a private, emptied cache at a path derived from the
-action's spec (held under an flock while in use), and writes a fixed file
-name. Identical inputs then give byte-identical packages where torch allows.
+each action compiles with a private, emptied cache at a path derived from
+what it compiles (held under an flock while in use), and writes a fixed file
+name. Identical inputs then give byte-identical packages where torch allows,
+whichever tool runs the action and wherever its outputs go (kiln-out/ or
+Bazel's bazel-out/<cfg>/bin/): see inductor_cache_dir.
 """
 
 from __future__ import annotations
@@ -30,12 +32,24 @@ from kiln.actions import spec as action_spec
 from kiln.actions.errors import ActionError, summary
 
 
+def inductor_cache_dir(spec: PackageSpec) -> Path:
+    """The private inductor cache of this packaging; the package's bytes embed its path.
+
+    A fixed path (not the per-run execroot, not $TMPDIR), named after what is
+    compiled: the spec without its paths, and the program's bytes. Not after the
+    paths: they name the output root (kiln-out/ or bazel-out/<cfg>/bin/), which
+    must never reach an artifact (tests/e2e/test_path_independence.py).
+    """
+    settings = spec.model_copy(update={"program": "", "output": ""}).to_json()
+    digest = hashlib.sha256(settings.encode())
+    with open(spec.program, "rb") as program:
+        digest.update(hashlib.file_digest(program, "sha256").digest())
+    return Path("/tmp") / f"kiln-inductor-{digest.hexdigest()[:16]}"
+
+
 @contextlib.contextmanager
 def private_inductor_cache(spec: PackageSpec) -> Iterator[Path]:
-    digest = hashlib.sha256(spec.to_json().encode()).hexdigest()[:16]
-    # A fixed path (not the per-run execroot, not $TMPDIR) so the generated
-    # sources, which embed it, are the same from run to run.
-    base = Path("/tmp") / f"kiln-inductor-{digest}"
+    base = inductor_cache_dir(spec)
     lock = os.open(f"{base}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -193,7 +193,9 @@ def checks(spec: ValidateSpec, progress: Path) -> None:
             outcome.append(check)
         results.append(_point_check(golden, outcome))
     report = ValidationReport(
-        package=spec.package,
+        # The package's file name, not its path: the path names the output root, which
+        # must not reach the report's bytes.
+        package=Path(spec.package).name,
         rtol=spec.rtol,
         atol=spec.atol,
         min_cosine=spec.min_cosine,

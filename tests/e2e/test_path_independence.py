@@ -1,0 +1,139 @@
+"""No output-root path reaches an artifact's bytes: the same spec, two output roots.
+
+kiln writes outputs under kiln-out/, Bazel under bazel-out/<cfg>/bin/; the
+specs name those paths, and the action modules are the same for both tools.
+Here aoti_package's own implementation declares the mlp's actions twice, with
+output roots `kiln-out` and Bazel's, and the actions run (real torch.export,
+AOTInductor, validation) in two execroots at different paths. Every artifact
+must come out byte for byte the same; the specs only differ in the root.
+
+The two packagings share one private inductor cache name (that is the point)
+and so run one after the other under its lock: about 40 s on two cores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from kiln.action_graph import Action
+from kiln.host_facts import HostFacts, ToolchainResolver
+from kiln.rule_api import AnalyzedTarget, DefaultInfo, File, RuleContext
+from kiln.rules.aoti_package import RULE as AOTI_PACKAGE
+from kiln.rules.torch_model import RULE as TORCH_MODEL
+
+REPO = Path(__file__).resolve().parents[2]
+ROOTS = ("kiln-out", "bazel-out/k8-fastbuild/bin")
+SOURCES = ("models/mlp.py", "models/mlp.safetensors")
+# The artifacts, relative to <root>/models: what must not depend on the root.
+ARTIFACTS = (
+    "mlp_pt2.ep.pt2",
+    "mlp_pt2.pt2",
+    "mlp_pt2.validation.json",
+    "mlp_pt2_loader/mlp_pt2.h",
+    "mlp_pt2_loader/mlp_pt2.cpp",
+    "mlp_pt2_loader/mlp_pt2Config.cmake",
+    "mlp_pt2_loader/BUILD.bazel",
+)
+
+
+def analyze(output_root: str) -> list[Action]:
+    """The actions of //models:mlp_pt2 with outputs under `output_root`, as rules declare them."""
+    toolchains = ToolchainResolver(HostFacts.of_this_machine())
+    sources = {
+        f"//models:{Path(p).name}": AnalyzedTarget("", {DefaultInfo: DefaultInfo((File(p),))})
+        for p in SOURCES
+    }
+    model_attrs = TORCH_MODEL.attrs.model_validate(
+        {
+            "name": "mlp",
+            "src": "//models:mlp.py",
+            "factory": "mlp:build",
+            "weights": "//models:mlp.safetensors",
+            "inputs": [{"name": "x", "shape": [8, 10], "dtype": "float32"}],
+            "dynamic_dims": [{"name": "batch", "min": 1, "max": 64, "axes": {"x": 0}}],
+        }
+    )
+    model = RuleContext(TORCH_MODEL, "//models:mlp", model_attrs, sources, toolchains)
+    assert TORCH_MODEL.impl is not None and AOTI_PACKAGE.impl is not None
+    providers = {type(p): p for p in TORCH_MODEL.impl(model)}
+    deps = {"//models:mlp": AnalyzedTarget("//models:mlp", providers)}
+    attrs = AOTI_PACKAGE.attrs.model_validate({"name": "mlp_pt2", "model": "//models:mlp"})
+    ctx = RuleContext(
+        AOTI_PACKAGE, "//models:mlp_pt2", attrs, deps, toolchains, output_root=output_root
+    )
+    AOTI_PACKAGE.impl(ctx)
+    return ctx.actions.declared
+
+
+def run(actions: list[Action], execroot: Path) -> None:
+    """Runs the actions in declaration order (dependencies first) in `execroot`."""
+    for path in SOURCES:
+        (execroot / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / path, execroot / path)
+    for action in actions:
+        for output in action.outputs:
+            (execroot / output.path).parent.mkdir(parents=True, exist_ok=True)
+        if action.content is not None:
+            (execroot / action.primary_output.path).write_bytes(action.content)
+            continue
+        done = subprocess.run(
+            action.argv,
+            cwd=execroot,
+            env=dict(action.env),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert done.returncode == 0, f"{action.describe()} failed:\n{done.stderr[-3000:]}"
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in ARTIFACTS}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """root -> the execroot the mlp was built in with that output root."""
+    base = tmp_path_factory.mktemp("roots")
+    execroots = {root: base / f"execroot-{i}" / "kiln" for i, root in enumerate(ROOTS)}
+    with ThreadPoolExecutor(max_workers=len(ROOTS)) as pool:
+        for future in [pool.submit(run, analyze(r), e) for r, e in execroots.items()]:
+            future.result()
+    return execroots
+
+
+def test_artifacts_are_the_same_bytes_under_either_output_root(built: dict[str, Path]) -> None:
+    found = {root: digests(execroot / root / "models") for root, execroot in built.items()}
+    kiln, bazel = found.values()
+    assert kiln == bazel
+
+
+def test_specs_differ_only_in_the_output_root(built: dict[str, Path]) -> None:
+    """The inputs did differ (else the test above proves nothing): each spec names its root."""
+    kiln_root, bazel_root = ROOTS
+    kiln, bazel = built.values()
+    specs = sorted(p.name for p in (kiln / kiln_root / "models").glob("*.json"))
+    assert specs == [
+        "mlp_pt2.export.json",
+        "mlp_pt2.package.json",
+        "mlp_pt2.validate.json",
+        "mlp_pt2.validation.json",
+    ]
+    for name in specs[:3]:
+        text = (kiln / kiln_root / "models" / name).read_text()
+        assert f"{kiln_root}/models/" in text
+        assert (bazel / bazel_root / "models" / name).read_text() == text.replace(
+            f"{kiln_root}/", f"{bazel_root}/"
+        )
+
+
+def test_execroots_were_apart(built: dict[str, Path]) -> None:
+    first, second = (os.path.realpath(p) for p in built.values())
+    assert first != second

@@ -1,0 +1,44 @@
+"""The private inductor cache's path, which a package embeds: named after what is compiled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kiln.action_specs import CpuTarget, PackageSpec
+from kiln.actions.aoti_package import inductor_cache_dir
+
+from tests.model_fixtures import MLP
+
+
+def _spec(root: str, program: Path, cpu_target: CpuTarget = "native") -> PackageSpec:
+    return PackageSpec(
+        program=str(program),
+        output=f"{root}/models/mlp_pt2.pt2",
+        device="cpu",
+        backend="inductor",
+        cpu_target=cpu_target,
+        inductor_configs={},
+        signature=MLP.signature,
+        tensorrt=None,
+    )
+
+
+def test_output_root_and_program_path_do_not_name_the_cache(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for folder in ("a", "b"):
+        (tmp_path / folder / "mlp_pt2.ep.pt2").write_bytes(b"program")
+    kiln = _spec("kiln-out", tmp_path / "a/mlp_pt2.ep.pt2")
+    bazel = _spec("bazel-out/k8-fastbuild/bin", tmp_path / "b/mlp_pt2.ep.pt2")
+    assert kiln.to_json() != bazel.to_json()
+    assert inductor_cache_dir(kiln) == inductor_cache_dir(bazel)
+
+
+def test_settings_and_program_bytes_do(tmp_path: Path) -> None:
+    program = tmp_path / "mlp_pt2.ep.pt2"
+    program.write_bytes(b"program")
+    first = inductor_cache_dir(_spec("kiln-out", program))
+    assert inductor_cache_dir(_spec("kiln-out", program, cpu_target="x86-64-v3")) != first
+    program.write_bytes(b"another program")
+    assert inductor_cache_dir(_spec("kiln-out", program)) != first
+    assert first.parent == Path("/tmp") and first.name.startswith("kiln-inductor-")
