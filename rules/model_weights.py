@@ -37,13 +37,17 @@ class ModelWeightsAttrs(RuleAttrs):
     deps: LabelListAttr = Field(
         default_factory=list, description="other Python files the model imports"
     )
-    factory: str = Field(pattern=FACTORY_PATTERN, description="'module:function'")
+    factory: str = Field(
+        pattern=FACTORY_PATTERN, description="'module:function'", examples=["resnet:build"]
+    )
     factory_kwargs: dict[str, FactoryValue] = Field(
         default_factory=dict, description="keyword arguments of the factory"
     )
     seed: int = Field(default=0, description="torch's seed before the factory runs")
     out: OutputAttr = Field(
-        pattern=r"\.(safetensors|pt)$", description="the weights file to write: .safetensors or .pt"
+        pattern=r"\.(safetensors|pt)$",
+        description="the weights file to write: .safetensors or .pt",
+        examples=["resnet18.safetensors"],
     )
 
 

@@ -48,6 +48,7 @@ class TorchModelAttrs(RuleAttrs):
     factory: str = Field(
         pattern=FACTORY_PATTERN,
         description="'module:function' returning the nn.Module (module relative to src)",
+        examples=["mlp:build"],
     )
     factory_kwargs: dict[str, FactoryValue] = Field(
         default_factory=dict, description="keyword arguments of the factory"
@@ -58,7 +59,9 @@ class TorchModelAttrs(RuleAttrs):
         "factory's own (seeded) initialization",
     )
     inputs: list[TensorSpec] = Field(
-        min_length=1, description="example inputs: [{'name', 'shape', 'dtype'}], in order"
+        min_length=1,
+        description="example inputs: [{'name', 'shape', 'dtype'}], in order",
+        examples=[[{"name": "x", "shape": [8, 10], "dtype": "float32"}]],
     )
     dynamic_dims: list[DynamicDim] = Field(
         default_factory=list,

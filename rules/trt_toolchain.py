@@ -309,9 +309,30 @@ def _resolve(host: HostFacts) -> Probe:
     return probe(host.interpreter, PYTHON_ACTION_ENV)
 
 
+def _capable() -> Probe:
+    """A host every TensorRT target builds on (for kiln.bazel.generate, which probes nothing)."""
+    return Probe(
+        python="3.11.7",
+        executable="python3",
+        os="linux",
+        arch="x86_64",
+        torch="2.13.0",
+        cuda="13.0",
+        gpus=(Gpu("NVIDIA H200", "9.0", 143771),),
+        torch_tensorrt="2.13.0",
+        torch_tensorrt_dist="torch_tensorrt",
+        flavour="standard",
+        tensorrt="10.14.0",
+        tensorrt_dist="tensorrt",
+        windows_cross_compile=True,
+        source="example",
+    )
+
+
 TENSORRT: Toolchain[Probe] = Toolchain(
     "tensorrt",
     "torch, CUDA, the GPUs torch sees, torch_tensorrt and its flavour, TensorRT, and "
     "whether it can cross-compile for Windows: probed in the actions' interpreter",
     _resolve,
+    example=_capable,
 )

@@ -74,6 +74,9 @@ class Toolchain(Generic[T]):
     name: str
     doc: str
     resolve: Callable[[HostFacts], T] = field(compare=False)
+    # What a host able to build every target would give: kiln.bazel.generate analyzes
+    # the rules with it, to find their whole action graph without probing anything.
+    example: Callable[[], T] | None = field(default=None, compare=False)
 
 
 class ToolchainResolver:
@@ -96,10 +99,16 @@ def _gpus(host: HostFacts) -> tuple[Gpu, ...]:
     return machine.nvidia_gpus()
 
 
+def _example_gpus() -> tuple[Gpu, ...]:
+    # A named function, not a lambda: the analysis cache pickles toolchains.
+    return (Gpu("NVIDIA H200", "9.0", 143771),)
+
+
 GPUS: Toolchain[tuple[Gpu, ...]] = Toolchain(
     "gpus",
     "the CUDA GPUs visible here (nvidia-smi, respecting CUDA_VISIBLE_DEVICES)",
     _gpus,
+    example=_example_gpus,
 )
 
 __all__ = ["GPUS", "Gpu", "HostFacts", "Toolchain", "ToolchainResolver"]
