@@ -45,6 +45,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     ),
     "kiln.loading": (*LEAVES, "kiln.label", "kiln.action_graph", "kiln.rule_api", "kiln.rules"),
     "kiln.query": (*LEAVES, "kiln.label", "kiln.loading"),
+    # kiln's rules under Bazel: the planning action runs the rules, the generator explores
+    # them; attribute errors are worded by kiln.loading.attr_errors, as kiln words them
+    "kiln.bazel": (*LEAVES, *RECORDS, "kiln.rule_api", "kiln.rules", "kiln.loading"),
     "kiln.analysis": (
         *LEAVES,
         *RECORDS,
