@@ -49,15 +49,14 @@ def kiln_rule(kind):
         "_kind": attr.string(default = kind),
         "_kiln_py": attr.label(default = Label("//bazel:kiln_py"), providers = [KilnPyInfo]),
     }
+    # Typed, so Bazel resolves them (`kiln help <rule>` documents every attribute).
     for name, how in entry["labels"].items():
-        doc = entry["docs"].get(name, "")
         if how == "label":
-            attrs[name] = attr.label(allow_files = True, doc = doc)
+            attrs[name] = attr.label(allow_files = True)
         else:
-            attrs[name] = attr.label_list(allow_files = True, doc = doc)
+            attrs[name] = attr.label_list(allow_files = True)
     for name, how in entry["outputs"].items():
-        doc = entry["docs"].get(name, "")
-        attrs[name] = attr.output(doc = doc) if how == "output" else attr.output_list(doc = doc)
+        attrs[name] = attr.output() if how == "output" else attr.output_list()
     return dict(
         implementation = _impl,
         attrs = attrs,

@@ -168,7 +168,6 @@ class RuleTable:
     doc: str
     labels: dict[str, str]  # attribute -> "label" | "label_list"
     outputs: dict[str, str]  # attribute -> "output" | "output_list"
-    docs: dict[str, str]  # attribute -> description
     key: tuple[str, ...]  # the attributes whose values select a shape (labels: whether set)
     defaults: dict[str, Json]  # their values when the BUILD file leaves them out
     shapes: dict[str, RuleShape]  # json.dumps([values of key]) -> shape
@@ -179,7 +178,6 @@ class RuleTable:
             "doc": self.doc,
             "labels": self.labels,
             "outputs": self.outputs,
-            "docs": self.docs,
             "key": list(self.key),
             "defaults": self.defaults,
             "shapes": {key: shape.data() for key, shape in self.shapes.items()},
@@ -262,7 +260,6 @@ class _Attrs:
     rule: Rule
     labels: dict[str, str] = field(default_factory=dict)  # spelling -> label | label_list
     outputs: dict[str, str] = field(default_factory=dict)
-    docs: dict[str, str] = field(default_factory=dict)
     example: dict[str, Json] = field(default_factory=dict)
     domains: dict[str, tuple[Json, ...]] = field(default_factory=dict)
     defaults: dict[str, Json] = field(default_factory=dict)
@@ -276,7 +273,6 @@ class _Attrs:
             if name in COMMON:
                 continue
             attr = spelling(name, info)
-            out.docs[attr] = info.description or ""
             many = get_origin(info.annotation) is list
             if name in marked_labels:
                 out.labels[attr] = "label_list" if many else "label"
@@ -363,7 +359,6 @@ class Explorer:
             doc=rule.doc,
             labels=attrs.labels,
             outputs=attrs.outputs,
-            docs=attrs.docs,
             key=tuple(key),
             defaults={a: attrs.defaults[a] for a in key},
             shapes=dict(sorted(shapes.items())),
