@@ -6,8 +6,10 @@ For `aoti_package(name = "resnet_pt2", ...)` in //models, analysis writes
         resnet_pt2.h                 class ResnetPt2: loads the package, checks inputs, runs it
         resnet_pt2.cpp
         resnet_pt2Config.cmake       find_package(resnet_pt2) -> target resnet_pt2::resnet_pt2
-        BUILD.bazel                  cc_library(name = "resnet_pt2"), the .pt2 as data: the
-                                     build_file of a repository over kiln-out/models
+        resnet_pt2.BUILD.bazel       cc_library(name = "resnet_pt2"), the .pt2 as data: the
+                                     build_file of a repository over kiln-out/models (not
+                                     named BUILD.bazel: that would make the folder a package
+                                     of its own, and the library's labels invalid)
 
     kiln-out/models/resnet_pt2_loader.py   class ResnetPt2 for Python: the same checks,
                                            the same messages (InputError), outputs in the
@@ -119,7 +121,7 @@ def loader_files(name: str) -> dict[str, str]:
         f"{name}.h": "aoti_loader.h.j2",
         f"{name}.cpp": "aoti_loader.cpp.j2",
         f"{name}Config.cmake": "Config.cmake.j2",
-        "BUILD.bazel": "BUILD.bazel.j2",
+        f"{name}.BUILD.bazel": "BUILD.bazel.j2",
     }
 
 

@@ -106,7 +106,7 @@ def test_class_is_named_after_the_target() -> None:
     assert class_name("3d_unet") == "Model3dUnet"
     files = _render(RESNET, "resnet_pt2")
     assert sorted(files) == [
-        "BUILD.bazel",
+        "resnet_pt2.BUILD.bazel",
         "resnet_pt2.cpp",
         "resnet_pt2.h",
         "resnet_pt2Config.cmake",
@@ -167,7 +167,7 @@ def test_tensorrt_runtime_is_loaded_only_for_tensorrt_packages() -> None:
         "std::make_unique<torch::inductor::AOTIModelPackageLoader>"
     )
     assert "${CMAKE_DL_LIBS}" in trt["resnet_pt2Config.cmake"]
-    assert 'linkopts = ["-ldl"]' in trt["BUILD.bazel"]
+    assert 'linkopts = ["-ldl"]' in trt["resnet_pt2.BUILD.bazel"]
 
 
 def test_cmake_package_and_bazel_build_file() -> None:
@@ -180,7 +180,10 @@ def test_cmake_package_and_bazel_build_file() -> None:
         'get_filename_component(resnet_pt2_PACKAGE "${CMAKE_CURRENT_LIST_DIR}/../resnet_pt2.pt2" '
         "ABSOLUTE)"
     ) in config
-    build = files["BUILD.bazel"]
+    # Not named BUILD.bazel: inside its folder that would be a package, its labels invalid.
+    build = files["resnet_pt2.BUILD.bazel"]
+    assert 'load("@rules_cc//cc:defs.bzl", "cc_library")' in build
+    assert "#     new_local_repository(\n" in build  # the WORKSPACE form Bazel 4 reads
     assert 'LIBTORCH = "@libtorch//:torch"' in build
     for line in (
         'name = "resnet_pt2",',
@@ -205,7 +208,7 @@ def test_declare_loader_library_writes_the_folder() -> None:
         f"{folder}/resnet_pt2.h",
         f"{folder}/resnet_pt2.cpp",
         f"{folder}/resnet_pt2Config.cmake",
-        f"{folder}/BUILD.bazel",
+        f"{folder}/resnet_pt2.BUILD.bazel",
     ]
     # Only FileWrite actions: nothing runs, and no output duplicates the package.
     assert [a.mnemonic for a in ctx.actions.declared] == ["FileWrite"] * 4
@@ -362,7 +365,7 @@ def _assert_close(actual: list[float], expected: list[float]) -> None:
 
 def test_loader_folder_is_built_with_the_package(built: Built) -> None:
     names = {p.name for p in built.loader.iterdir()}
-    assert names >= {"BUILD.bazel", "mlp_pt2.cpp", "mlp_pt2.h", "mlp_pt2Config.cmake"}
+    assert names >= {"mlp_pt2.BUILD.bazel", "mlp_pt2.cpp", "mlp_pt2.h", "mlp_pt2Config.cmake"}
     header = (built.loader / "mlp_pt2.h").read_text()
     assert 'InputSpec{"x", c10::ScalarType::Float, "float32", 2,' in header
     assert '{DimSpec{"batch", 1, 64}, DimSpec{"", 10, 10}}' in header

@@ -38,7 +38,7 @@ ARTIFACTS = (
     "mlp_pt2_loader/mlp_pt2.h",
     "mlp_pt2_loader/mlp_pt2.cpp",
     "mlp_pt2_loader/mlp_pt2Config.cmake",
-    "mlp_pt2_loader/BUILD.bazel",
+    "mlp_pt2_loader/mlp_pt2.BUILD.bazel",
 )
 
 
