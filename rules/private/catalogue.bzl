@@ -295,7 +295,7 @@ RULES = {
                     },
                     {
                         "kind": "out",
-                        "value": "{name}_loader/BUILD.bazel",
+                        "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
                     },
                 ],
@@ -305,7 +305,7 @@ RULES = {
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
-                    {"kind": "out", "value": "{name}_loader/BUILD.bazel"},
+                    {"kind": "out", "value": "{name}_loader/{name}.BUILD.bazel"},
                 ],
                 "actions": [
                     {
@@ -365,7 +365,7 @@ RULES = {
                 ],
                 "files": [
                     {"kind": "out", "value": "{name}.pt2"},
-                    {"kind": "out", "value": "{name}_loader/BUILD.bazel"},
+                    {"kind": "out", "value": "{name}_loader/{name}.BUILD.bazel"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
@@ -408,7 +408,7 @@ RULES = {
                     },
                     {
                         "kind": "out",
-                        "value": "{name}_loader/BUILD.bazel",
+                        "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
                     },
                 ],
@@ -419,7 +419,7 @@ RULES = {
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
-                    {"kind": "out", "value": "{name}_loader/BUILD.bazel"},
+                    {"kind": "out", "value": "{name}_loader/{name}.BUILD.bazel"},
                 ],
                 "actions": [
                     {
@@ -509,7 +509,7 @@ RULES = {
                 "files": [
                     {"kind": "out", "value": "{name}.pt2"},
                     {"kind": "out", "value": "{name}.validation.json"},
-                    {"kind": "out", "value": "{name}_loader/BUILD.bazel"},
+                    {"kind": "out", "value": "{name}_loader/{name}.BUILD.bazel"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
@@ -546,7 +546,7 @@ RULES = {
                     },
                     {
                         "kind": "out",
-                        "value": "{name}_loader/BUILD.bazel",
+                        "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
                     },
                 ],
@@ -556,7 +556,7 @@ RULES = {
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
-                    {"kind": "out", "value": "{name}_loader/BUILD.bazel"},
+                    {"kind": "out", "value": "{name}_loader/{name}.BUILD.bazel"},
                 ],
                 "actions": [
                     {
@@ -616,7 +616,7 @@ RULES = {
                 ],
                 "files": [
                     {"kind": "out", "value": "{name}.pt2"},
-                    {"kind": "out", "value": "{name}_loader/BUILD.bazel"},
+                    {"kind": "out", "value": "{name}_loader/{name}.BUILD.bazel"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
@@ -659,7 +659,7 @@ RULES = {
                     },
                     {
                         "kind": "out",
-                        "value": "{name}_loader/BUILD.bazel",
+                        "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
                     },
                 ],
@@ -670,7 +670,7 @@ RULES = {
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
-                    {"kind": "out", "value": "{name}_loader/BUILD.bazel"},
+                    {"kind": "out", "value": "{name}_loader/{name}.BUILD.bazel"},
                 ],
                 "actions": [
                     {
@@ -760,7 +760,7 @@ RULES = {
                 "files": [
                     {"kind": "out", "value": "{name}.pt2"},
                     {"kind": "out", "value": "{name}.validation.json"},
-                    {"kind": "out", "value": "{name}_loader/BUILD.bazel"},
+                    {"kind": "out", "value": "{name}_loader/{name}.BUILD.bazel"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
