@@ -2,7 +2,6 @@
 # edit: change the rule, run the command, commit both. A test fails while it is stale.
 """The data of kiln's Bazel rules: read by kiln_rule.bzl (see kiln/bazel/)."""
 
-
 # The format of the records the planning action reads (kiln.action_specs).
 FORMAT = 1
 
@@ -188,7 +187,9 @@ CODE = {
     ],
 }
 
-# Per rule: its typed attributes, the attributes that select a shape, and a shape (outputs, the files the planner writes, the actions after it, the target's files) per value of those; in file names {name} is the target's name.
+# Per rule: its typed attributes, the attributes that select a shape, and a shape
+# (outputs, the files the planner writes, the actions after it, the target's files) per
+# value of those; in file names {name} is the target's name.
 RULES = {
     "torch_model": {
         "doc": "A model: `src` (and `deps`) define `factory` ('module:function') returning an nn.Module; optional `weights`; example `inputs` and `dynamic_dims` for torch.export.",

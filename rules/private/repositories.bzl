@@ -93,6 +93,7 @@ kiln_python_repository = repository_rule(
         ),
     },
     environ = ["KILN_PYTHON"],
+    configure = True,  # probes this machine: `bazel sync --configure` runs it again
     doc = "kiln's Python toolchain over an existing interpreter: register " +
           "@<name>//:toolchain, and the execution platforms @<name>//:local (and " +
           "@<name>//:local_gpu where nvidia-smi found a GPU).",
@@ -139,6 +140,7 @@ libtorch_repository = repository_rule(
         ),
     },
     environ = ["KILN_PYTHON"],
+    configure = True,  # probes this machine: `bazel sync --configure` runs it again
     doc = "libtorch from the torch wheel: @<name>//:torch, a cc_library of its " +
           "libraries and headers (what @kiln//bazel:libtorch points at by default).",
 )

@@ -23,6 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,11 @@ HEADER = (
 
 def render() -> dict[str, str]:
     """Path (relative to the repository) -> content of every generated file."""
+    return dict(_render())
+
+
+@cache
+def _render() -> dict[str, str]:  # the rules do not change while a process runs
     registry = all_rules()
     tables = list(explore(registry, exported_rules()))
     return {
@@ -77,10 +84,7 @@ def _catalogue(tables: list[RuleTable]) -> str:
         "CODE": code,
         "RULES": {t.name: t.data() for t in tables},
     }
-    parts = [
-        '"""The data of kiln\'s Bazel rules: read by kiln_rule.bzl (see kiln/bazel/)."""\n',
-        "",
-    ]
+    parts = ['"""The data of kiln\'s Bazel rules: read by kiln_rule.bzl (see kiln/bazel/)."""\n']
     doc = {
         "FORMAT": "The format of the records the planning action reads (kiln.action_specs).",
         "PLANNER": "The planning action's module.",
@@ -92,7 +96,7 @@ def _catalogue(tables: list[RuleTable]) -> str:
         "files) per value of those; in file names {name} is the target's name.",
     }
     for name, value in data.items():
-        parts.append(f"# {doc[name]}")
+        parts.append(textwrap.fill(doc[name], 88, initial_indent="# ", subsequent_indent="# "))
         parts.append(f"{name} = {starlark(value)}\n")
     return HEADER + "\n".join(parts)
 
