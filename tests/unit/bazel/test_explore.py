@@ -1,0 +1,142 @@
+"""The shape of each rule's action graph, found by running the rule (kiln.bazel.explore)."""
+
+from __future__ import annotations
+
+import pytest
+from kiln.bazel.explore import Explorer, Ref, RuleShape, RuleTable, ShapeError
+from kiln.rule_api import (
+    DefaultInfo,
+    LabelAttr,
+    Resources,
+    Rule,
+    RuleAttrs,
+    RuleContext,
+    WeightsSpec,
+)
+from kiln.rules import all_rules
+from pydantic import Field
+
+
+@pytest.fixture(scope="module")
+def tables() -> dict[str, RuleTable]:
+    registry = all_rules()
+    explorer = Explorer(registry)
+    return {name: explorer.table(registry[name]) for name in ("aoti_package", "torch_model")}
+
+
+def _mnemonics(shape: RuleShape) -> list[str]:
+    return [a.mnemonic for a in shape.actions]
+
+
+def test_aoti_package_shape_depends_on_device_and_validate(tables: dict[str, RuleTable]) -> None:
+    table = tables["aoti_package"]
+    assert table.key == ("device", "validate")
+    assert table.defaults == {"device": "cpu", "validate": True}
+    assert sorted(table.shapes) == [
+        '["cpu",false]',
+        '["cpu",true]',
+        '["cuda",false]',
+        '["cuda",true]',
+    ]
+    full, bare = table.shapes['["cpu",true]'], table.shapes['["cpu",false]']
+    assert _mnemonics(full) == ["TorchExport", "AotiPackage", "AotiValidate"]
+    assert _mnemonics(bare) == ["TorchExport", "AotiPackage"]
+    assert Ref("out", "{name}.validation.json") in full.files
+    assert Ref("out", "{name}.validation.json") not in bare.files
+    assert not full.gpu and table.shapes['["cuda",true]'].gpu
+
+
+def test_inputs_are_found_through_the_model_target(tables: dict[str, RuleTable]) -> None:
+    export, package, validate = tables["aoti_package"].shapes['["cpu",true]'].actions
+    model = [Ref("attr", f"model.{a}") for a in ("deps", "src", "weights")]
+    assert export.inputs == (*model, Ref("out", "{name}.export.json"))
+    # The packaging reads no model source: that is the early cutoff, under Bazel too.
+    assert package.inputs == (Ref("out", "{name}.ep.pt2"), Ref("out", "{name}.package.json"))
+    assert set(model) <= set(validate.inputs)
+    assert [a.data() for a in package.argv] == [
+        {"python": True},
+        {"text": "-m"},
+        {"text": "kiln.actions.aoti_package"},
+        {"file": {"kind": "out", "value": "{name}.package.json"}},
+    ]
+
+
+def test_a_loader_among_the_outputs_gives_a_cc_library(tables: dict[str, RuleTable]) -> None:
+    assert tables["aoti_package"].shapes['["cpu",true]'].cc() == {
+        "srcs": ["{name}_loader/{name}.cpp"],
+        "hdrs": ["{name}_loader/{name}.h"],
+        "includes": ["{name}_loader"],
+        "data": ["{name}.pt2"],
+    }
+
+
+def test_optional_labels_left_out_need_no_shape_of_their_own(
+    tables: dict[str, RuleTable],
+) -> None:
+    table = tables["torch_model"]
+    assert (table.key, list(table.shapes)) == ((), ["[]"])
+    shape = table.shapes["[]"]
+    assert shape.actions == () and shape.writes == ()
+    assert shape.files == (Ref("attr", "deps"), Ref("attr", "src"), Ref("attr", "weights"))
+    assert table.labels == {"src": "label", "deps": "label_list", "weights": "label"}
+
+
+# -- a rule that changes: what issue 16 will do to aoti_package -------------------------
+
+
+class JoinAttrs(RuleAttrs):
+    src: LabelAttr = Field(description="a file")
+    join: bool = Field(default=False, description="add a second action")
+
+
+def _join(ctx: RuleContext[JoinAttrs]) -> list[object]:
+    src = ctx.file("src", ctx.attrs.src)
+    spec = ctx.declare_file(f"{ctx.name}.json")
+    out = ctx.declare_file(f"{ctx.name}.bin")
+    source = {"src": src.path, "factory": "m:f", "factory_kwargs": {}, "weights": None, "seed": 0}
+    ctx.actions.write_spec(spec, WeightsSpec(source=source, output=out.path))  # type: ignore[arg-type]
+    ctx.actions.run_python(
+        mnemonic="Compile",
+        module="compile",
+        spec=spec,
+        inputs=[src],
+        outputs=[out],
+        resources=Resources(),
+    )
+    outputs = [out]
+    if ctx.attrs.join:
+        joined = ctx.declare_file(f"{ctx.name}.joined")
+        ctx.actions.run_python(
+            mnemonic="Join",
+            module="join",
+            spec=spec,
+            inputs=[out],
+            outputs=[joined],
+            resources=Resources(),
+        )
+        outputs.append(joined)
+    return [DefaultInfo(tuple(outputs))]
+
+
+JOIN = Rule(name="join_rule", attrs=JoinAttrs, doc="A test rule.", impl=_join)
+
+
+def test_a_new_action_reaches_the_shape_without_any_starlark() -> None:
+    table = Explorer({"join_rule": JOIN}).table(JOIN)
+    assert table.key == ("join",)
+    assert _mnemonics(table.shapes["[true]"]) == ["Compile", "Join"]
+    assert _mnemonics(table.shapes["[false]"]) == ["Compile"]
+    join = table.shapes["[true]"].actions[1]
+    assert (join.module, join.inputs) == (
+        "kiln.actions.join",
+        (Ref("out", "{name}.bin"), Ref("out", "{name}.json")),
+    )
+
+
+def test_a_mandatory_attribute_needs_an_example() -> None:
+    class NoExample(RuleAttrs):
+        pattern: str = Field(description="mandatory, no example")
+
+    rule = Rule(name="no_example", attrs=NoExample, doc="", impl=lambda ctx: [DefaultInfo()])
+    with pytest.raises(ShapeError, match="attribute 'pattern' is mandatory and has no example"):
+        Explorer({"no_example": rule}).table(rule)
