@@ -23,8 +23,10 @@ KILN_PY = {
     "kiln/action_specs.py": "tools/kiln/action_specs.py",
     "kiln/actions/__init__.py": "tools/kiln/actions/__init__.py",
     "kiln/actions/aoti_package.py": "tools/kiln/actions/aoti_package.py",
+    "kiln/actions/errors.py": "tools/kiln/actions/errors.py",
     "kiln/actions/init_weights.py": "tools/kiln/actions/init_weights.py",
     "kiln/actions/model_loading.py": "tools/kiln/actions/model_loading.py",
+    "kiln/actions/model_traps.py": "tools/kiln/actions/model_traps.py",
     "kiln/actions/render_trt_loader.py": "tools/kiln/actions/render_trt_loader.py",
     "kiln/actions/spec.py": "tools/kiln/actions/spec.py",
     "kiln/actions/tensorrt_backend.py": "tools/kiln/actions/tensorrt_backend.py",
@@ -46,6 +48,7 @@ KILN_PY = {
     "kiln/errors.py": "tools/kiln/errors.py",
     "kiln/host_facts.py": "tools/kiln/host_facts.py",
     "kiln/label.py": "tools/kiln/label.py",
+    "kiln/layout.py": "tools/kiln/layout.py",
     "kiln/loading/__init__.py": "tools/kiln/loading/__init__.py",
     "kiln/loading/attr_errors.py": "tools/kiln/loading/attr_errors.py",
     "kiln/machine.py": "tools/kiln/machine.py",
@@ -64,6 +67,7 @@ KILN_PY = {
     "kiln/rules/templates/Config.cmake.j2": "rules/templates/Config.cmake.j2",
     "kiln/rules/templates/aoti_loader.cpp.j2": "rules/templates/aoti_loader.cpp.j2",
     "kiln/rules/templates/aoti_loader.h.j2": "rules/templates/aoti_loader.h.j2",
+    "kiln/rules/templates/aoti_loader.py.j2": "rules/templates/aoti_loader.py.j2",
     "kiln/rules/templates/trt_CMakeLists.txt.j2": "rules/templates/trt_CMakeLists.txt.j2",
     "kiln/rules/templates/trt_load.py.j2": "rules/templates/trt_load.py.j2",
     "kiln/rules/templates/trt_loader.cpp.j2": "rules/templates/trt_loader.cpp.j2",
@@ -96,6 +100,7 @@ CODE = {
         "kiln/errors.py",
         "kiln/host_facts.py",
         "kiln/label.py",
+        "kiln/layout.py",
         "kiln/loading/__init__.py",
         "kiln/loading/attr_errors.py",
         "kiln/machine.py",
@@ -114,6 +119,7 @@ CODE = {
         "kiln/rules/templates/Config.cmake.j2",
         "kiln/rules/templates/aoti_loader.cpp.j2",
         "kiln/rules/templates/aoti_loader.h.j2",
+        "kiln/rules/templates/aoti_loader.py.j2",
         "kiln/rules/templates/trt_CMakeLists.txt.j2",
         "kiln/rules/templates/trt_load.py.j2",
         "kiln/rules/templates/trt_loader.cpp.j2",
@@ -129,6 +135,7 @@ CODE = {
         "kiln/action_specs.py",
         "kiln/actions/__init__.py",
         "kiln/actions/aoti_package.py",
+        "kiln/actions/errors.py",
         "kiln/actions/model_loading.py",
         "kiln/actions/spec.py",
         "kiln/actions/tensorrt_backend.py",
@@ -137,6 +144,7 @@ CODE = {
         "kiln/__init__.py",
         "kiln/action_specs.py",
         "kiln/actions/__init__.py",
+        "kiln/actions/errors.py",
         "kiln/actions/init_weights.py",
         "kiln/actions/model_loading.py",
         "kiln/actions/spec.py",
@@ -152,6 +160,7 @@ CODE = {
         "kiln/rules/templates/Config.cmake.j2",
         "kiln/rules/templates/aoti_loader.cpp.j2",
         "kiln/rules/templates/aoti_loader.h.j2",
+        "kiln/rules/templates/aoti_loader.py.j2",
         "kiln/rules/templates/trt_CMakeLists.txt.j2",
         "kiln/rules/templates/trt_load.py.j2",
         "kiln/rules/templates/trt_loader.cpp.j2",
@@ -162,7 +171,9 @@ CODE = {
         "kiln/__init__.py",
         "kiln/action_specs.py",
         "kiln/actions/__init__.py",
+        "kiln/actions/errors.py",
         "kiln/actions/model_loading.py",
+        "kiln/actions/model_traps.py",
         "kiln/actions/spec.py",
         "kiln/actions/torch_export.py",
     ],
@@ -170,7 +181,9 @@ CODE = {
         "kiln/__init__.py",
         "kiln/action_specs.py",
         "kiln/actions/__init__.py",
+        "kiln/actions/errors.py",
         "kiln/actions/model_loading.py",
+        "kiln/actions/model_traps.py",
         "kiln/actions/spec.py",
         "kiln/actions/torch_export.py",
         "kiln/actions/trt_engine.py",
@@ -180,6 +193,7 @@ CODE = {
         "kiln/action_specs.py",
         "kiln/actions/__init__.py",
         "kiln/actions/aoti_package.py",
+        "kiln/actions/errors.py",
         "kiln/actions/model_loading.py",
         "kiln/actions/spec.py",
         "kiln/actions/tensorrt_backend.py",
@@ -299,6 +313,7 @@ RULES = {
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -307,6 +322,7 @@ RULES = {
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
                     {"kind": "out", "value": "{name}_loader/{name}.BUILD.bazel"},
+                    {"kind": "out", "value": "{name}_loader.py"},
                 ],
                 "actions": [
                     {
@@ -366,6 +382,7 @@ RULES = {
                 ],
                 "files": [
                     {"kind": "out", "value": "{name}.pt2"},
+                    {"kind": "out", "value": "{name}_loader.py"},
                     {"kind": "out", "value": "{name}_loader/{name}.BUILD.bazel"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
@@ -384,6 +401,11 @@ RULES = {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
                     {"kind": "out", "value": "{name}.ep.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.golden.safetensors",
+                        "directory": False,
+                    },
                     {"kind": "out", "value": "{name}.package.json", "directory": False},
                     {"kind": "out", "value": "{name}.pt2", "directory": False},
                     {"kind": "out", "value": "{name}.validate.json", "directory": False},
@@ -412,6 +434,7 @@ RULES = {
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -421,6 +444,7 @@ RULES = {
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
                     {"kind": "out", "value": "{name}_loader/{name}.BUILD.bazel"},
+                    {"kind": "out", "value": "{name}_loader.py"},
                 ],
                 "actions": [
                     {
@@ -448,6 +472,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.ep.pt2"},
+                            {"kind": "out", "value": "{name}.golden.safetensors"},
                         ],
                         "gpu": False,
                     },
@@ -495,9 +520,7 @@ RULES = {
                             "PYTHONHASHSEED": "0",
                         },
                         "inputs": [
-                            {"kind": "attr", "value": "model.deps"},
-                            {"kind": "attr", "value": "model.src"},
-                            {"kind": "attr", "value": "model.weights"},
+                            {"kind": "out", "value": "{name}.golden.safetensors"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                         ],
@@ -510,6 +533,7 @@ RULES = {
                 "files": [
                     {"kind": "out", "value": "{name}.pt2"},
                     {"kind": "out", "value": "{name}.validation.json"},
+                    {"kind": "out", "value": "{name}_loader.py"},
                     {"kind": "out", "value": "{name}_loader/{name}.BUILD.bazel"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
@@ -550,6 +574,7 @@ RULES = {
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -558,6 +583,7 @@ RULES = {
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
                     {"kind": "out", "value": "{name}_loader/{name}.BUILD.bazel"},
+                    {"kind": "out", "value": "{name}_loader.py"},
                 ],
                 "actions": [
                     {
@@ -617,6 +643,7 @@ RULES = {
                 ],
                 "files": [
                     {"kind": "out", "value": "{name}.pt2"},
+                    {"kind": "out", "value": "{name}_loader.py"},
                     {"kind": "out", "value": "{name}_loader/{name}.BUILD.bazel"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
@@ -635,6 +662,11 @@ RULES = {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
                     {"kind": "out", "value": "{name}.ep.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.golden.safetensors",
+                        "directory": False,
+                    },
                     {"kind": "out", "value": "{name}.package.json", "directory": False},
                     {"kind": "out", "value": "{name}.pt2", "directory": False},
                     {"kind": "out", "value": "{name}.validate.json", "directory": False},
@@ -663,6 +695,7 @@ RULES = {
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -672,6 +705,7 @@ RULES = {
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
                     {"kind": "out", "value": "{name}_loader/{name}.BUILD.bazel"},
+                    {"kind": "out", "value": "{name}_loader.py"},
                 ],
                 "actions": [
                     {
@@ -699,6 +733,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.ep.pt2"},
+                            {"kind": "out", "value": "{name}.golden.safetensors"},
                         ],
                         "gpu": True,
                     },
@@ -746,9 +781,7 @@ RULES = {
                             "PYTHONHASHSEED": "0",
                         },
                         "inputs": [
-                            {"kind": "attr", "value": "model.deps"},
-                            {"kind": "attr", "value": "model.src"},
-                            {"kind": "attr", "value": "model.weights"},
+                            {"kind": "out", "value": "{name}.golden.safetensors"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                         ],
@@ -761,6 +794,7 @@ RULES = {
                 "files": [
                     {"kind": "out", "value": "{name}.pt2"},
                     {"kind": "out", "value": "{name}.validation.json"},
+                    {"kind": "out", "value": "{name}_loader.py"},
                     {"kind": "out", "value": "{name}_loader/{name}.BUILD.bazel"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
