@@ -33,12 +33,14 @@ SOURCES = ("models/mlp.py", "models/mlp.safetensors")
 # The artifacts, relative to <root>/models: what must not depend on the root.
 ARTIFACTS = (
     "mlp_pt2.ep.pt2",
+    "mlp_pt2.golden.safetensors",
     "mlp_pt2.pt2",
     "mlp_pt2.validation.json",
     "mlp_pt2_loader/mlp_pt2.h",
     "mlp_pt2_loader/mlp_pt2.cpp",
     "mlp_pt2_loader/mlp_pt2Config.cmake",
     "mlp_pt2_loader/mlp_pt2.BUILD.bazel",
+    "mlp_pt2_loader.py",
 )
 
 

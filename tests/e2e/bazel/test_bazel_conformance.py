@@ -22,7 +22,9 @@ MODELS = ("mlp_pt2", "resnet_pt2")
 ARTIFACTS = (
     "{name}.pt2",
     "{name}.ep.pt2",
+    "{name}.golden.safetensors",
     "{name}.validation.json",
+    "{name}_loader.py",
     "{name}_loader/{name}.h",
     "{name}_loader/{name}.cpp",
     "{name}_loader/{name}Config.cmake",

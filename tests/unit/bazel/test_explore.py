@@ -50,9 +50,11 @@ def test_inputs_are_found_through_the_model_target(tables: dict[str, RuleTable])
     export, package, validate = tables["aoti_package"].shapes['["cpu",true]'].actions
     model = [Ref("attr", f"model.{a}") for a in ("deps", "src", "weights")]
     assert export.inputs == (*model, Ref("out", "{name}.export.json"))
-    # The packaging reads no model source: that is the early cutoff, under Bazel too.
+    assert export.outputs == (Ref("out", "{name}.ep.pt2"), Ref("out", "{name}.golden.safetensors"))
+    # Packaging and validation read no model source: the early cutoff, under Bazel too.
     assert package.inputs == (Ref("out", "{name}.ep.pt2"), Ref("out", "{name}.package.json"))
-    assert set(model) <= set(validate.inputs)
+    assert not set(model) & set(validate.inputs)
+    assert Ref("out", "{name}.golden.safetensors") in validate.inputs
     assert [a.data() for a in package.argv] == [
         {"python": True},
         {"text": "-m"},
