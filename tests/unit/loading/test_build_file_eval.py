@@ -116,9 +116,10 @@ def test_kiln_rules_load_from_the_label_bazel_reads(make_workspace: MakeWorkspac
         "n": "torch_model",
         "m_pt2": "aoti_package",
     }
-    # The files the graph cache re-checks: the BUILD file and the macros, nothing of @kiln.
+    # The files the graph cache re-checks: the BUILD file, the macros and the BUILD file
+    # of their package, nothing of @kiln.
     files = {stamp.path for stamp in package.stamps} - {"app"}  # "app": the lookup of m.py
-    assert files == {"app/BUILD", "tools/macros.bzl"}
+    assert files == {"app/BUILD", "tools/BUILD", "tools/macros.bzl"}
 
 
 def test_bzl_may_define_functions_and_lambdas(make_workspace: MakeWorkspace) -> None:
