@@ -1,12 +1,13 @@
 """Real Bazel (Debian's 4.2.3) on kiln's rules, for the tests.
 
 `ensure_bazel()` installs it through the project's script (tools/bazel.sh)
-where it is missing, and skips the test, saying why, only where it cannot be
-installed. A `Bazel` runs in one workspace with all of its state in a folder
-of the test (`--output_user_root`) and no ~/.bazelrc; `shutdown()` stops its
-server (`bazel shutdown` under that root), which every fixture does when done.
-Actions run the test session's interpreter (KILN_PYTHON), so the venv's path
-never matters.
+where it is missing (tools/test does so before pytest), and skips the test,
+saying why, only where it cannot be installed; with KILN_REQUIRE_BAZEL set
+(CI's .ci/run) that is a failure instead. A `Bazel` runs in one workspace with
+all of its state in a folder of the test (`--output_user_root`) and no
+~/.bazelrc; `shutdown()` stops its server (`bazel shutdown` under that root),
+which every fixture does when done. Actions run the test session's
+interpreter (KILN_PYTHON), so the venv's path never matters.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def ensure_bazel() -> str:
     )
     if run.returncode != 0 or not run.stdout.strip():
         why = run.stderr.strip() or "tools/bazel.sh install printed nothing"
+        if os.environ.get("KILN_REQUIRE_BAZEL"):  # CI (.ci/run): these tests must run
+            pytest.fail(f"Bazel is required (KILN_REQUIRE_BAZEL) but cannot be installed: {why}")
         pytest.skip(f"Bazel is not installed and cannot be installed here: {why}")
     return run.stdout.strip().splitlines()[-1]
 
