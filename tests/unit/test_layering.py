@@ -23,6 +23,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kiln.action_graph": (),
     # every file name of the output base and the disk cache (helper's seam: kiln/layout.py)
     "kiln.layout": ("kiln.errors", "kiln.action_graph"),
+    # the lock file format: loading makes @pip of it, the environment manager installs it
+    "kiln.pip_lock": ("kiln.errors",),
     "kiln.host_facts": ("kiln.machine",),
     "kiln.cache": ("kiln.errors", "kiln.layout"),
     "kiln.state_file": ("kiln.cache",),
