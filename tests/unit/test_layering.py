@@ -45,7 +45,14 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "kiln.state_file",
         "kiln.workers",
     ),
-    "kiln.loading": (*LEAVES, "kiln.label", "kiln.action_graph", "kiln.rule_api", "kiln.rules"),
+    "kiln.loading": (
+        *LEAVES,
+        "kiln.label",
+        "kiln.action_graph",
+        "kiln.pip_lock",
+        "kiln.rule_api",
+        "kiln.rules",
+    ),
     "kiln.query": (*LEAVES, "kiln.label", "kiln.loading"),
     # kiln's rules under Bazel: the planning action runs the rules, the generator explores
     # them; attribute errors are worded by kiln.loading.attr_errors, as kiln words them

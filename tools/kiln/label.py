@@ -3,7 +3,10 @@
 A Label names one target: `//pkg/path:name`. In BUILD files and on the
 command line shorter forms are accepted and resolved against the current
 package: `//pkg` (means `//pkg:pkg`), `:name`, and `name`. `@//pkg:name`
-names the main repository, the only one kiln has; `@repo//...` is refused.
+names the main repository. Other repositories are the ones kiln makes itself,
+for third-party Python packages (`@pip//timm`, see kiln.loading.pip_repository):
+external_label() gives their canonical form, `@pip//timm:timm`; Label and
+target patterns refuse them.
 
 A TargetPattern names a set of targets on the command line:
 `//pkg:name`, `//pkg:all` (rules of one package), `//pkg:*` or
@@ -70,6 +73,30 @@ def _strip_main_repository(text: str) -> str:
     if text.startswith("@"):
         raise _Invalid("external repositories (@repo//...) are not supported")
     return text
+
+
+_REPOSITORY = re.compile(r"@(?P<repo>[A-Za-z][A-Za-z0-9_.-]*)//(?P<rest>.*)\Z", re.DOTALL)
+
+
+def external_label(text: str) -> str | None:
+    """`@repo//pkg[:name]` as `@repo//pkg:name`, the form such labels are stored in;
+    None when `text` names no other repository. A LabelError if it is malformed."""
+    found = _REPOSITORY.match(text)
+    if found is None:
+        if text.startswith("@") and not text.startswith(_MAIN_REPOSITORY):
+            raise LabelError(f"invalid label {_quote(text)}: repository names look like '@name//'")
+        return None
+    rest = found.group("rest")
+    try:
+        label = None if rest.startswith(":") or not rest else Label._parse("//" + rest, "")
+    except _Invalid as error:
+        raise LabelError(f"invalid label {_quote(text)}: {error.reason}") from None
+    if label is None or not label.package:
+        raise LabelError(
+            f"invalid label {_quote(text)}: name a package of the repository, as in "
+            f"'@{found.group('repo')}//name'"
+        )
+    return f"@{found.group('repo')}{label}"
 
 
 def target_name_problem(name: str) -> str | None:

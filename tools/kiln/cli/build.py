@@ -97,7 +97,8 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
     reports.phase("execution")
 
     def locate(label: str) -> str:
-        target = loader.packages[label[2 : label.index(":")]].targets[label.split(":", 1)[1]]
+        package, name = label.split(":", 1)
+        target = loader.packages[package.removeprefix("//")].targets[name]
         return str(loader.location_of(target))
 
     action_graph = ActionGraph.of(actions)

@@ -38,8 +38,9 @@ class TargetGraph:
 
 
 def split(label: str) -> tuple[str, str]:
+    """("pkg", "name") of "//pkg:name"; ("@pip//timm", "timm") of "@pip//timm:timm"."""
     colon = label.index(":")
-    return label[2:colon], label[colon + 1 :]
+    return label[:colon].removeprefix("//"), label[colon + 1 :]
 
 
 class GraphBuilder:
@@ -94,14 +95,16 @@ class GraphBuilder:
         except NoSuchPackage as error:
             if referrer is None:
                 raise
-            raise self._error(referrer, f"{self._attr(referrer, label)}: {error.message}") from None
+            raise self._error(
+                referrer, f"{self._attr(referrer, label)}: {error.message}", hint=error.hint
+            ) from None
         found = package.targets.get(name)
         if found is not None:
             return found
         if name in package.files:  # found on disk when the package was evaluated
             return Target(label, SOURCE_FILE, {}, ())
         path = os.path.join(self.root, package_name, name)
-        if os.path.isfile(path):
+        if not label.startswith("@") and os.path.isfile(path):
             crossing = self._subpackage_of(package_name, name)
             if crossing is not None and referrer is not None:
                 raise self._error(

@@ -26,8 +26,9 @@ from kiln.loading.package import FileStamp, Package, Target
 
 FORMAT = 2
 WHAT = "the graph cache"
-# The code that shapes a Package: BUILD evaluation and the rule catalogue's schemas.
-LOADING_CODE = ("kiln.loading.build_file", "kiln.rules.*")
+# The code that shapes a Package: BUILD evaluation and the rule catalogue's schemas,
+# and the packages of `@pip` made from a lock.
+LOADING_CODE = ("kiln.loading.build_file", "kiln.loading.pip_repository", "kiln.rules.*")
 
 
 class GraphCache:

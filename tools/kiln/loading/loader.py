@@ -45,8 +45,11 @@ class PackageLoader:
             return loaded
         loaded = self.cache.package(name)
         if loaded is None:
-            loaded = self.evaluator.evaluate(name, self._build_file(name))
-            self.evaluated += 1
+            if name.startswith("@"):
+                loaded = self._repository_package(name)
+            else:
+                loaded = self.evaluator.evaluate(name, self._build_file(name))
+                self.evaluated += 1
             self.cache.put(loaded)
         self.packages[name] = loaded
         return loaded
@@ -94,6 +97,16 @@ class PackageLoader:
                 f"{name + '/' if name else 'the workspace root'}"
             )
         return build_file
+
+    def _repository_package(self, name: str) -> Package:
+        """A package of a repository kiln makes (`@pip//timm`), from the root package."""
+        from kiln.loading import pip_repository
+
+        root = self.package("")
+        try:
+            return pip_repository.load_package(name, root, str(self.workspace.root))
+        except pip_repository.NoSuchRepositoryPackage as error:
+            raise NoSuchPackage(error.message, hint=error.hint) from None
 
     def location_of(self, target: Target) -> Location:
         package = self.package(target.package)

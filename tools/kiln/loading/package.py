@@ -43,7 +43,8 @@ class Target:
 
     @property
     def package(self) -> str:
-        return self.label[2 : self.label.index(":")]
+        # "//pkg:name" -> "pkg"; a repository's "@pip//timm:timm" -> "@pip//timm"
+        return self.label[: self.label.index(":")].removeprefix("//")
 
     @property
     def name(self) -> str:

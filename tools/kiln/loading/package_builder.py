@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from kiln.errors import KilnError, LabelError, LoadingError
-from kiln.label import Label, canonical, target_name_problem
+from kiln.label import Label, canonical, external_label, target_name_problem
 from kiln.loading import attr_errors, glob
 from kiln.loading.package import GENERATED_FILE, SOURCE_FILE, FileStamp, Target
 from kiln.loading.visibility import PUBLIC
@@ -269,7 +269,7 @@ class PackageBuilder:
 
     def _resolve(self, text: str, field: str, rule: Rule | None, owner: str | None) -> str:
         try:
-            return canonical(text, self.package)
+            return external_label(text) or canonical(text, self.package)
         except LabelError as error:
             where = f"attribute '{field}' of {rule.name}()" if rule else field
             raise self.fail(f"{where}: {error.message}", label=owner) from None
