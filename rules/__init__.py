@@ -22,6 +22,11 @@ CATALOGUE: dict[str, str] = {
     "aoti_package": "aoti_package",
     "trt_engine": "trt_engine",
     "trt_windows_engine": "trt_windows_engine",
+    "python_requirements": "python_requirements",
+}
+# Kinds of targets kiln makes itself, which BUILD files cannot call: rule name -> module.
+MADE_BY_LOADING: dict[str, str] = {
+    "python_requirement": "python_requirement",  # @pip//<name> (kiln.loading.pip_repository)
 }
 
 
@@ -39,10 +44,10 @@ def exported_rules() -> tuple[str, ...]:
 
 
 def load_rule(name: str) -> Rule:
-    module = importlib.import_module(f"kiln.rules.{CATALOGUE[name]}")
+    module = importlib.import_module(f"kiln.rules.{CATALOGUE.get(name) or MADE_BY_LOADING[name]}")
     rule: Rule = module.RULE
     return rule
 
 
 def all_rules() -> dict[str, Rule]:
-    return {name: load_rule(name) for name in CATALOGUE}
+    return {name: load_rule(name) for name in (*CATALOGUE, *MADE_BY_LOADING)}

@@ -137,6 +137,7 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
             inputs=inputs,
             outputs=outputs,
             packages=packages,
+            python_env=model.python_env,
             platform=platform,
             resources=Resources(cpu=1, gpu=gpu, memory_mb=memory_mb),
             supports_workers=workers,

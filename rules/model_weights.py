@@ -28,6 +28,7 @@ from kiln.rule_api import (
     RuleContext,
     WeightsSpec,
 )
+from kiln.rules.python_requirements import declared_packages
 from kiln.rules.torch_model import FACTORY_PATTERN
 from pydantic import Field
 
@@ -35,7 +36,9 @@ from pydantic import Field
 class ModelWeightsAttrs(RuleAttrs):
     src: LabelAttr = Field(description="the Python file defining the factory")
     deps: LabelListAttr = Field(
-        default_factory=list, description="other Python files the model imports"
+        default_factory=list,
+        description="other Python files the model imports, and the third-party packages "
+        "it imports as '@pip//<name>' (python_requirements)",
     )
     factory: str = Field(
         pattern=FACTORY_PATTERN, description="'module:function'", examples=["resnet:build"]
@@ -55,12 +58,15 @@ def implementation(ctx: RuleContext[ModelWeightsAttrs]) -> list[object]:
     attrs = ctx.attrs
     weights = ctx.declare_file(attrs.out)
     spec = ctx.declare_file(f"{ctx.name}.weights.json")
+    declared = declared_packages(ctx, "deps", attrs.deps)
     source = ModelSource(
         src=ctx.file("src", attrs.src).path,
         factory=attrs.factory,
         factory_kwargs=dict(attrs.factory_kwargs),
         weights=None,
         seed=attrs.seed,
+        python_deps=declared.labels,
+        torchvision_cpu_ops=declared.torchvision_cpu_ops,
     )
     ctx.actions.write_spec(spec, WeightsSpec(source=source, output=weights.path))
     ctx.actions.run_python(
@@ -70,6 +76,7 @@ def implementation(ctx: RuleContext[ModelWeightsAttrs]) -> list[object]:
         inputs=ctx.files([attrs.src, *attrs.deps]),
         outputs=[weights],
         packages=("torch", "safetensors"),
+        python_env=declared.packages,
         resources=Resources(cpu=1, memory_mb=2000),
     )
     return [DefaultInfo((weights,))]

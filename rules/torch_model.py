@@ -3,7 +3,8 @@
     torch_model(
         name = "mlp",
         src = "mlp.py",                 # defines the factory
-        deps = ["layers.py"],           # other Python files it imports
+        deps = ["layers.py",            # other Python files it imports,
+                "@pip//timm"],          # and the locked packages (python_requirements)
         factory = "mlp:build",          # module:function returning an nn.Module
         weights = "mlp.safetensors",    # optional; safetensors or a torch state dict
         inputs = [{"name": "x", "shape": [8, 10], "dtype": "float32"}],
@@ -12,7 +13,9 @@
 
 `inputs` are the example inputs torch.export traces with; each dynamic
 dimension becomes a torch.export.Dim bound to the named input axes. The
-rule runs nothing: it hands the model to the rules that export it.
+rule runs nothing: it hands the model to the rules that export it, with the
+locked closure of its `@pip//` deps, which every action that imports the
+model runs with (and is keyed on).
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ from kiln.rule_api import (
     ModelSignature,
     ModelSource,
     ModelSpec,
+    PythonPackage,
     Rule,
     RuleAttrs,
     RuleContext,
     TensorSpec,
 )
+from kiln.rules.python_requirements import declared_packages
 from pydantic import Field, model_validator
 
 FACTORY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
@@ -43,7 +48,9 @@ FACTORY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
 class TorchModelAttrs(RuleAttrs):
     src: LabelAttr = Field(description="the Python file defining the factory")
     deps: LabelListAttr = Field(
-        default_factory=list, description="other Python files the model imports"
+        default_factory=list,
+        description="other Python files the model imports, and the third-party packages "
+        "it imports as '@pip//<name>' (python_requirements)",
     )
     factory: str = Field(
         pattern=FACTORY_PATTERN,
@@ -122,6 +129,8 @@ class TorchModelInfo:
     src: File
     deps: tuple[File, ...]
     weights: File | None
+    # The locked closure of its `@pip//` deps: what its actions' environment holds.
+    python_env: tuple[PythonPackage, ...]
 
     @property
     def label(self) -> str:
@@ -140,6 +149,7 @@ def implementation(ctx: RuleContext[TorchModelAttrs]) -> list[object]:
     attrs = ctx.attrs
     src = ctx.file("src", attrs.src)
     weights = ctx.file("weights", attrs.weights) if attrs.weights else None
+    declared = declared_packages(ctx, "deps", attrs.deps)
     spec = ModelSpec(
         label=ctx.label,
         source=ModelSource(
@@ -148,12 +158,14 @@ def implementation(ctx: RuleContext[TorchModelAttrs]) -> list[object]:
             factory_kwargs=dict(attrs.factory_kwargs),
             weights=weights.path if weights else None,
             seed=0,
+            python_deps=declared.labels,
+            torchvision_cpu_ops=declared.torchvision_cpu_ops,
         ),
         signature=ModelSignature(
             inputs=tuple(attrs.inputs), dynamic_dims=tuple(attrs.dynamic_dims)
         ),
     )
-    info = TorchModelInfo(spec, src, tuple(ctx.files(attrs.deps)), weights)
+    info = TorchModelInfo(spec, src, tuple(ctx.files(attrs.deps)), weights, declared.packages)
     return [DefaultInfo(tuple(info.files)), info]
 
 

@@ -356,6 +356,7 @@ def implementation(ctx: RuleContext[TrtEngineBaseAttrs]) -> list[object]:
         inputs=model.files,
         outputs=[program, manifest, engines],
         packages=packages,
+        python_env=model.python_env,
         platform=platform,
         resources=Resources(cpu=1, gpu=1, memory_mb=attrs.memory_mb),
         progress_message=f"TrtEngine {ctx.label} ({target})",

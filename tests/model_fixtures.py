@@ -29,10 +29,18 @@ def model_info(
     """The provider of a torch_model without weights or deps, as the rule would make it."""
     spec = ModelSpec(
         label=label,
-        source=ModelSource(src=src, factory=factory, factory_kwargs={}, weights=None, seed=0),
+        source=ModelSource(
+            src=src,
+            factory=factory,
+            factory_kwargs={},
+            weights=None,
+            seed=0,
+            python_deps=(),
+            torchvision_cpu_ops=False,
+        ),
         signature=ModelSignature(inputs=inputs, dynamic_dims=dynamic_dims),
     )
-    return TorchModelInfo(spec, File(src), (), None)
+    return TorchModelInfo(spec, File(src), (), None, ())
 
 
 MLP = model_info(

@@ -152,6 +152,8 @@ EXPORT = ExportSpec.from_json(
                     "factory_kwargs": {},
                     "weights": None,
                     "seed": 0,
+                    "python_deps": [],
+                    "torchvision_cpu_ops": False,
                 },
                 "signature": {
                     "inputs": [

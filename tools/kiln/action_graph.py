@@ -48,6 +48,26 @@ class File:
         return not self.path.startswith(GENERATED_ROOT + "/")
 
 
+# Platform properties of Python actions: the environment's layout (bump when what an
+# environment holds besides its packages changes), and one `pip:<name>` per package.
+PYTHON_ENV_FORMAT = "1"
+PIP_PROPERTY = "pip:"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PythonPackage:
+    """A locked third-party distribution a Python action's interpreter holds (kiln.pip_lock)."""
+
+    name: str  # normalized, as the label `@pip//<name>` spells it
+    version: str
+    hashes: tuple[str, ...]  # "sha256:<hex>" of its wheel, sorted
+
+    @property
+    def requirement(self) -> str:
+        """As pip installs it: `name==version --hash=...`."""
+        return f"{self.name}=={self.version}" + "".join(f" --hash={h}" for h in self.hashes)
+
+
 @dataclass(frozen=True, slots=True)
 class Resources:
     """What an action holds while it runs; the scheduler never oversubscribes."""
@@ -74,12 +94,20 @@ class Action:
     content: bytes | None = None
     is_executable: bool = False
     progress_message: str = field(default="", compare=False)
+    # A Python action of the toolchain (argv is [python, ...]): the third-party packages
+    # its interpreter holds besides the toolchain's own (torch, kiln's runtime). The
+    # executor runs it in the environment made of exactly those (kiln.pyenv); their
+    # names, versions and hashes are in `platform` too, which is what keys them.
+    # None: not run by the toolchain's Python (a genrule, a file write).
+    python_env: tuple[PythonPackage, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", tuple(sorted(set(self.inputs))))
         object.__setattr__(self, "outputs", tuple(sorted(set(self.outputs))))
         object.__setattr__(self, "env", tuple(sorted(dict(self.env).items())))
         object.__setattr__(self, "platform", tuple(sorted(dict(self.platform).items())))
+        if self.python_env is not None:
+            object.__setattr__(self, "python_env", tuple(sorted(set(self.python_env))))
 
     @property
     def primary_output(self) -> File:

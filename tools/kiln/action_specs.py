@@ -300,6 +300,12 @@ class ModelSource(Record):
     factory_kwargs: dict[str, FactoryValue]
     weights: str | None  # safetensors or a torch state dict, loaded strictly
     seed: int  # torch's seed before the factory runs (models without weights)
+    # The third-party packages the target declares (`@pip//timm`), for the hint when an
+    # import fails; what the environment holds is the action's business, not the spec's.
+    python_deps: tuple[str, ...]
+    # Define torchvision's operator schemas before importing the model when its C++
+    # extension cannot load (python_requirements(torchvision_cpu_ops = True)).
+    torchvision_cpu_ops: bool
 
 
 class ModelSpec(Record):

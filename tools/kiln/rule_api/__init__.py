@@ -14,7 +14,7 @@ the rule declared. rules/ imports nothing else of kiln: a test holds that
 
 from __future__ import annotations
 
-from kiln.action_graph import PYTHON_ACTION_ENV, File, Resources
+from kiln.action_graph import PYTHON_ACTION_ENV, File, PythonPackage, Resources
 from kiln.action_specs import (
     Backend,
     BuildGpu,
@@ -73,6 +73,7 @@ __all__ = [
     "OutputAttr",
     "OutputListAttr",
     "PackageSpec",
+    "PythonPackage",
     "Resources",
     "Rule",
     "RuleAttrs",

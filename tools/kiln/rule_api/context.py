@@ -13,7 +13,16 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from kiln import code_digest
-from kiln.action_graph import GENERATED_ROOT, PYTHON_ACTION_ENV, Action, File, Resources
+from kiln.action_graph import (
+    GENERATED_ROOT,
+    PIP_PROPERTY,
+    PYTHON_ACTION_ENV,
+    PYTHON_ENV_FORMAT,
+    Action,
+    File,
+    PythonPackage,
+    Resources,
+)
 from kiln.action_specs import Spec
 from kiln.errors import KilnError
 from kiln.host_facts import HostFacts, Toolchain, ToolchainResolver
@@ -38,20 +47,29 @@ class ActionFactory:
         self.host = host
         self.declared: list[Action] = []
 
-    def python_platform(self, module: str, packages: Sequence[str] = ()) -> dict[str, str]:
+    def python_platform(
+        self,
+        module: str,
+        packages: Sequence[str] = (),
+        python_env: Sequence[PythonPackage] = (),
+    ) -> dict[str, str]:
         """What a `python -m kiln.actions.<module>` action's result depends on besides its
-        inputs: OS, Python, the action's own code (kiln.code_digest) and the versions of
-        the distributions it imports ('-' where absent)."""
+        inputs: OS, Python, the action's own code (kiln.code_digest), the versions of the
+        toolchain's distributions it imports ('-' where absent), and every third-party
+        package its environment holds (`pip:<name>`: version and wheel hashes, as locked)."""
         host = self.host
         props = {
             "os": host.os,
             "arch": host.arch,
             "python": host.python,
             "python_impl": host.python_impl,
+            "python_env": PYTHON_ENV_FORMAT,
             "kiln_actions": code_digest.content_digest((f"kiln.actions.{module}",)),
         }
         for name in packages:
             props[name] = host.version(name) or "-"
+        for package in python_env:
+            props[f"{PIP_PROPERTY}{package.name}"] = f"{package.version} {','.join(package.hashes)}"
         return props
 
     def run_python(
@@ -63,6 +81,7 @@ class ActionFactory:
         inputs: Sequence[File],
         outputs: Sequence[File],
         packages: Sequence[str] = (),
+        python_env: Sequence[PythonPackage] = (),
         platform: Mapping[str, str] | None = None,
         resources: Resources,
         supports_workers: bool = True,
@@ -70,19 +89,34 @@ class ActionFactory:
     ) -> Action:
         """`python -m kiln.actions.<module> <spec>`: the form persistent workers run.
 
-        Its platform is python_platform(module, packages), plus `platform`.
+        It runs in the environment of the toolchain plus exactly `python_env` (the
+        locked closure of the packages the target declares, `@pip//name`); its
+        platform is python_platform(module, packages, python_env), plus `platform`.
         """
-        return self.run(
-            mnemonic=mnemonic,
-            argv=[self.host.interpreter, "-m", f"kiln.actions.{module}", spec.path],
-            inputs=[spec, *inputs],
-            outputs=outputs,
-            env=PYTHON_ACTION_ENV,
-            platform={**self.python_platform(module, packages), **(platform or {})},
-            resources=resources,
-            supports_workers=supports_workers,
-            progress_message=progress_message or f"{mnemonic} {self.owner}",
+        return self._declare(
+            Action(
+                owner=self.owner,
+                mnemonic=mnemonic,
+                argv=(self.host.interpreter, "-m", f"kiln.actions.{module}", spec.path),
+                inputs=(spec, *inputs),
+                outputs=tuple(outputs),
+                env=tuple(PYTHON_ACTION_ENV.items()),
+                platform=tuple(
+                    {
+                        **self.python_platform(module, packages, python_env),
+                        **(platform or {}),
+                    }.items()
+                ),
+                resources=resources,
+                supports_workers=supports_workers,
+                progress_message=progress_message or f"{mnemonic} {self.owner}",
+                python_env=tuple(python_env),
+            )
         )
+
+    def _declare(self, action: Action) -> Action:
+        self.declared.append(action)
+        return action
 
     def write_spec(self, output: File, spec: Spec) -> Action:
         """An action's spec record, as canonical JSON: equal specs are equal bytes."""
@@ -113,8 +147,7 @@ class ActionFactory:
             supports_workers=supports_workers,
             progress_message=progress_message,
         )
-        self.declared.append(action)
-        return action
+        return self._declare(action)
 
     def write(self, output: File, content: str | bytes, *, is_executable: bool = False) -> Action:
         """A file whose content analysis already knows (specs, generated sources)."""
@@ -146,7 +179,7 @@ class RuleContext(Generic[A]):
         self.rule = rule
         self.label = label
         self.attrs = attrs
-        self.package = label[2 : label.index(":")]
+        self.package = label[: label.index(":")].removeprefix("//")
         self.name = label[label.index(":") + 1 :]
         self.host = toolchains.host
         self.actions = ActionFactory(label, toolchains.host)
