@@ -37,6 +37,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # they stay below the rule API (no pydantic) and use the leaves directly
     "kiln.rules.toolchain": ("kiln.host_facts", "kiln.machine", "kiln.action_graph", "kiln.cache"),
     "kiln.workers": ("kiln.errors",),
+    # the Python environments actions run in: made with pip, below the executor
+    "kiln.pyenv": (*LEAVES, "kiln.action_graph", "kiln.pip_lock"),
     "kiln.exec": (
         *LEAVES,
         "kiln.action_graph",
@@ -44,6 +46,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "kiln.cache",
         "kiln.state_file",
         "kiln.workers",
+        "kiln.pyenv",
     ),
     "kiln.loading": (
         *LEAVES,

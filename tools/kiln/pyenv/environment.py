@@ -1,0 +1,252 @@
+"""EnvironmentStore: the interpreter of the environment holding the toolchain plus a closure.
+
+    store = EnvironmentStore(output_base / "python-envs", sys.executable, find_links=(...))
+    python = store.python_for(action.python_env)     # made on first use, then a stat
+
+Made once per closure (and toolchain), in place under its digest, and usable
+only once its manifest (kiln-env.json) is written, last and atomically: an
+environment a crash or a failed install left behind has no manifest, is never
+used, and is removed and made again by the next build that needs it. An flock
+per environment keeps two kiln processes sharing an output base from making
+the same one at once; a lock per digest does the same for this process's
+threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sysconfig
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kiln import code_digest
+from kiln.action_graph import PythonPackage
+from kiln.errors import KilnError
+from kiln.pip_lock import normalized
+from kiln.pyenv import pip, toolchain
+
+FORMAT = 1
+MANIFEST = "kiln-env.json"
+
+
+class PythonEnvError(KilnError):
+    pass
+
+
+@dataclass
+class EnvironmentStore:
+    root: Path
+    python: str  # the toolchain's interpreter: kiln's own, which runs pip and gives the base
+    find_links: tuple[str, ...] = ()  # wheelhouses: install offline from these
+    report: Callable[[str], None] = lambda text: None
+    _ready: dict[str, str] = field(default_factory=dict)
+    _locks: dict[str, threading.Lock] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def python_for(self, packages: Sequence[PythonPackage]) -> str:
+        """The interpreter of the environment of the toolchain and exactly `packages`."""
+        packages = tuple(sorted(set(packages)))
+        digest = self.digest(packages)
+        ready = self._ready.get(digest)
+        if ready is not None:
+            return ready
+        with self._lock:
+            lock = self._locks.setdefault(digest, threading.Lock())
+        with lock:
+            env = self.root / digest
+            if not (env / MANIFEST).is_file():
+                self.root.mkdir(parents=True, exist_ok=True)
+                with _flock(self.root / f"{digest}.lock"):
+                    if not (env / MANIFEST).is_file():
+                        self._make(env, packages)
+            python = str(env / "bin" / "python")
+            self._ready[digest] = python
+            return python
+
+    @staticmethod
+    def digest(packages: Sequence[PythonPackage]) -> str:
+        """The environment's name: its format, the toolchain and the packages (no paths of it)."""
+        parts = {
+            "format": FORMAT,
+            "interpreter": os.path.realpath(_base_interpreter()),
+            "prefix": os.path.realpath(sysconfig.get_config_var("prefix") or ""),
+            "site": [str(p) for p in toolchain.site_directories()],
+            "toolchain": [[d.name, d.version] for d in toolchain.distributions()],
+            "kiln": str(code_digest.KILN_ROOT),
+            "packages": [[p.name, p.version, list(p.hashes)] for p in packages],
+        }
+        text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+    # -- making one -------------------------------------------------------------------
+
+    def _make(self, env: Path, packages: tuple[PythonPackage, ...]) -> None:
+        start = time.monotonic()
+        if env.exists() or env.is_symlink():
+            shutil.rmtree(env, ignore_errors=True)  # unfinished: no manifest
+        provided = toolchain.by_name()
+        install = [p for p in packages if p.name not in provided]
+        for package in packages:
+            have = provided.get(package.name)
+            if have is not None and not _same_release(package.version, have.version):
+                raise PythonEnvError(
+                    f"the lock pins {package.name}=={package.version}, but the toolchain has "
+                    f"{package.name} {have.version} (torch or kiln's actions use it)",
+                    hint=f"lock {package.name}=={have.version.split('+')[0]}: the toolchain's "
+                    "distributions are never replaced",
+                )
+        described = _describe(packages)
+        self.report(
+            f"making the Python environment {env.name[:8]}: the toolchain"
+            + (f" and {described}" if packages else "")
+            + (f"; installing {len(install)} with pip" if install else "")
+            + (f" from {', '.join(self.find_links)}" if install and self.find_links else "")
+        )
+        try:
+            site = _create_venv(env)
+            if install:
+                pip.install(
+                    self.python,
+                    install,
+                    site,
+                    find_links=self.find_links,
+                    progress=lambda line: self.report(f"  {line}"),
+                )
+            _link_toolchain(site, provided)
+            check_requirements(site, {p.name for p in install})
+            _write_manifest(env, packages, provided)
+        except BaseException as error:
+            shutil.rmtree(env, ignore_errors=True)
+            if isinstance(error, pip.PipError):
+                raise PythonEnvError(
+                    f"cannot make the Python environment of {described}: {error.message}",
+                    hint=error.hint,
+                ) from None
+            raise
+        self.report(f"Python environment {env.name[:8]} ready in {time.monotonic() - start:.1f}s")
+
+
+def _same_release(locked: str, installed: str) -> bool:
+    return locked == installed or ("+" not in locked and installed.split("+", 1)[0] == locked)
+
+
+def _describe(packages: Sequence[PythonPackage]) -> str:
+    shown = ", ".join(f"{p.name} {p.version}" for p in packages[:3])
+    more = f" and {len(packages) - 3} more" if len(packages) > 3 else ""
+    return f"{len(packages)} locked package{'s' if len(packages) != 1 else ''} ({shown}{more})"
+
+
+def _base_interpreter() -> str:
+    import sys
+
+    return getattr(sys, "_base_executable", sys.executable)
+
+
+def _create_venv(env: Path) -> Path:
+    """An empty venv (no pip, no system site-packages) on the toolchain's base interpreter."""
+    import venv
+
+    venv.EnvBuilder(symlinks=True, with_pip=False, system_site_packages=False).create(env)
+    site = Path(sysconfig.get_path("purelib", vars={"base": str(env), "platbase": str(env)}))
+    site.mkdir(parents=True, exist_ok=True)
+    return site
+
+
+def _link_toolchain(site: Path, provided: dict[str, toolchain.Distribution]) -> None:
+    """Symlink every top-level entry of the toolchain's distributions, and kiln itself."""
+    entries = [e for d in provided.values() for e in d.entries]
+    entries.append(code_digest.KILN_ROOT)
+    linked: set[str] = set()
+    for entry in entries:
+        dest = site / entry.name
+        if entry.name in linked:
+            continue  # a namespace folder several distributions share (nvidia/)
+        if dest.exists() or dest.is_symlink():
+            owner = next((d.name for d in provided.values() if entry in d.entries), "kiln")
+            raise PythonEnvError(
+                f"a locked package installs '{entry.name}', which the toolchain's {owner} "
+                "provides: the toolchain's files are never replaced",
+                hint="leave that package out of the lock, or lock the toolchain's version",
+            )
+        dest.symlink_to(entry, target_is_directory=entry.is_dir())
+        linked.add(entry.name)
+
+
+def check_requirements(site: Path, installed: set[str]) -> None:
+    """Every requirement of every installed package is met inside the environment.
+
+    The lock's `# via` annotations decide what a package's closure holds; a lock
+    that leaves out a dependency would make an environment that fails at import.
+    """
+    from importlib import metadata
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    found = {
+        normalized(d.metadata["Name"]): d
+        for d in metadata.distributions(path=[str(site)])
+        if d.metadata["Name"]
+    }
+    problems: list[str] = []
+    for name in sorted(installed):
+        dist = found.get(name)
+        if dist is None:
+            problems.append(f"{name} was installed, but pip left no metadata of it")
+            continue
+        for text in dist.requires or ():
+            try:
+                requirement = Requirement(text)
+            except InvalidRequirement:
+                continue
+            if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+                continue
+            need = normalized(requirement.name)
+            have = found.get(need)
+            if have is None:
+                problems.append(f"{name} {dist.version} requires {need}, which it does not hold")
+            elif not requirement.specifier.contains(have.version, prereleases=True):
+                problems.append(
+                    f"{name} {dist.version} requires {requirement}, but it holds "
+                    f"{need} {have.version}"
+                )
+    if problems:
+        raise PythonEnvError(
+            "the lock's closure is incomplete: " + "; ".join(problems),
+            hint="a package's closure is what the lock's '# via' annotations say: lock again "
+            "(python -m kiln.pyenv.lock requirements.in), or annotate the missing pin "
+            "'# via <the package that requires it>'",
+        )
+
+
+def _write_manifest(
+    env: Path, packages: Sequence[PythonPackage], provided: dict[str, toolchain.Distribution]
+) -> None:
+    manifest = {
+        "format": FORMAT,
+        "packages": [p.requirement for p in packages],
+        "toolchain": [f"{d.name}=={d.version}" for d in provided.values()],
+    }
+    tmp = env / f".{MANIFEST}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, env / MANIFEST)
+
+
+@contextlib.contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    with open(path, "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)

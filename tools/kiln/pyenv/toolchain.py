@@ -1,0 +1,115 @@
+"""The toolchain's distributions: what every environment holds besides its locked packages.
+
+The roots are torch (and Torch-TensorRT where installed) and the libraries
+kiln's actions import (kiln.action_specs needs pydantic, the loader templates
+jinja2, weights safetensors, and numpy, which torch uses when present); the
+toolchain is their closure by `Requires-Dist`, markers evaluated, extras left
+out. Read with importlib.metadata from the interpreter kiln runs in, which is
+the interpreter Python actions run with: only when an environment is made or
+a lock is resolved, never on a no-op build.
+"""
+
+from __future__ import annotations
+
+import functools
+import sysconfig
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from kiln.pip_lock import normalized
+
+ROOTS = (
+    "torch",
+    "torch_tensorrt",
+    "torch_tensorrt_rtx",
+    "numpy",
+    "safetensors",
+    "pydantic",
+    "jinja2",
+)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One installed distribution of the toolchain, as an environment links it."""
+
+    name: str  # normalized
+    version: str
+    # Its top-level entries (package folders, modules, .pth files, its .dist-info),
+    # absolute: an environment symlinks each.
+    entries: tuple[Path, ...]
+
+
+def site_directories() -> tuple[Path, ...]:
+    """Where the toolchain's distributions are installed (purelib, platlib)."""
+    paths = sysconfig.get_paths()
+    return tuple(dict.fromkeys(Path(paths[key]) for key in ("purelib", "platlib")))
+
+
+@functools.cache
+def distributions() -> tuple[Distribution, ...]:
+    """The closure of ROOTS among the toolchain's installed distributions, sorted by name."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    installed = _installed()
+    seen: dict[str, metadata.Distribution] = {}
+    stack = [name for name in ROOTS if name in installed]
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        dist = seen[name] = installed[name]
+        for text in dist.requires or ():
+            try:
+                requirement = Requirement(text)
+            except InvalidRequirement:
+                continue
+            if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+                continue
+            dep = normalized(requirement.name)
+            if dep in installed and dep not in seen:
+                stack.append(dep)
+    return tuple(
+        Distribution(name, dist.version, _entries(dist)) for name, dist in sorted(seen.items())
+    )
+
+
+def by_name() -> dict[str, Distribution]:
+    return {d.name: d for d in distributions()}
+
+
+def _installed() -> dict[str, metadata.Distribution]:
+    found: dict[str, metadata.Distribution] = {}
+    for dist in metadata.distributions(path=[str(p) for p in site_directories()]):
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(normalized(name), dist)
+    return found
+
+
+def _entries(dist: metadata.Distribution) -> tuple[Path, ...]:
+    """The top-level names a distribution installed into its site directory."""
+    base = Path(str(dist.locate_file("")))
+    names: list[str] = []
+    info = getattr(dist, "_path", None)  # the .dist-info folder (PathDistribution)
+    if info is not None:
+        names.append(Path(info).name)
+    for file in dist.files or _top_level(dist):
+        first = Path(file).parts[0] if Path(file).parts else ""
+        if first and first not in ("..", "__pycache__"):
+            names.append(first)
+    entries = []
+    for name in dict.fromkeys(names):
+        # top_level.txt names modules: `six` may be six.py
+        found = next((base / n for n in (name, f"{name}.py") if (base / n).exists()), None)
+        if found is not None:
+            entries.append(found)
+    return tuple(entries)
+
+
+def _top_level(dist: metadata.Distribution) -> Iterable[str]:
+    """Without a RECORD: its top_level.txt, as a last resort."""
+    text = dist.read_text("top_level.txt") or ""
+    return [line.strip() for line in text.splitlines() if line.strip()]
