@@ -35,6 +35,10 @@ def build_model(model: ModelSource, label: str | None = None) -> torch.nn.Module
     directory = str(src.parent.resolve())
     if directory not in sys.path:
         sys.path.insert(0, directory)
+    if model.torchvision_cpu_ops:
+        from kiln.actions import torchvision_cpu
+
+        torchvision_cpu.define_ops()
     try:
         module = importlib.import_module(module_name)
     except Exception as error:
@@ -42,7 +46,7 @@ def build_model(model: ModelSource, label: str | None = None) -> torch.nn.Module
             f"cannot import '{module_name}' from {src}: {summary(error)}",
             label=label,
             location=user_location(error),
-            hint=_import_hint(error, label),
+            hint=_import_hint(error, model, label),
             cause=error,
         ) from error
     factory = getattr(module, function_name, None)
@@ -77,16 +81,38 @@ def build_model(model: ModelSource, label: str | None = None) -> torch.nn.Module
     return built.eval()
 
 
-def _import_hint(error: Exception, label: str | None) -> str | None:
-    if isinstance(error, ModuleNotFoundError) and label:
-        return (
-            f"a file the model imports is missing from the action: list it in deps of {label}, "
-            "or install the package it names"
-        )
+def _import_hint(error: Exception, model: ModelSource, label: str | None) -> str | None:
+    if isinstance(error, ModuleNotFoundError):
+        return missing_module_hint(error.name or "", model, label)
     return None
 
 
+def missing_module_hint(name: str, model: ModelSource, label: str | None) -> str:
+    """What to declare when the model imports a module its environment does not hold.
+
+    The environment holds the toolchain and the locked closure of the target's
+    `@pip//` deps, nothing else; the execroot holds its declared files.
+    """
+    top = name.split(".", 1)[0]
+    declared = ", ".join(_short_label(d) for d in model.python_deps)
+    target = f"deps of {label}" if label else "the target's deps"
+    return (
+        f"if '{top}' is a third-party package, lock it and add \"@pip//{top.lower()}\" (its "
+        f"distribution's name) to {target}"
+        + (f" (it declares {declared})" if declared else " (it declares no packages)")
+        + f"; if it is a file of the workspace, add {top}.py (or its folder's files) to deps"
+    )
+
+
+def _short_label(label: str) -> str:
+    """`@pip//timm:timm` -> `@pip//timm`, as BUILD files write it."""
+    package, _, name = label.rpartition(":")
+    return package if package.rsplit("/", 1)[-1] == name else label
+
+
 def _factory_hint(error: Exception, model: ModelSource, label: str | None) -> str | None:
+    if isinstance(error, ModuleNotFoundError):
+        return missing_module_hint(error.name or "", model, label)
     if isinstance(error, TypeError) and "argument" in str(error) and label:
         given = ", ".join(sorted(model.factory_kwargs)) or "none"
         return f"check factory_kwargs of {label} (given: {given}) against the factory's parameters"
