@@ -9,6 +9,7 @@
         explain.pickle                    each action's last key parts, for --explain
         digests-<function>.log            source file digests by stat data
         execroot/                         private execroots of running actions
+        python-envs/<digest>/             Python environments: toolchain + locked packages
     <disk cache>/                         shared by workspaces (--disk_cache)
         cas/<xx>/<hash>[.x]               blobs (`.x`: the executable copy)
         ac/<xx>/<key>                     action results
@@ -85,6 +86,11 @@ class OutputBase:
     @property
     def execroot(self) -> Path:
         return self.root / "execroot"
+
+    @property
+    def python_envs(self) -> Path:
+        """Python environments of the toolchain plus locked packages (kiln.pyenv)."""
+        return self.root / "python-envs"
 
     def digest_log(self, function: str) -> Path:
         return self.root / f"digests-{function}.log"

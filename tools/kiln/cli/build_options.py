@@ -68,12 +68,18 @@ class BuildOptions:
     lock_wait: bool
     verbose_failures: bool
     action_env: tuple[str, ...]
+    pip_find_links: tuple[Path, ...] = ()
     remote_cache: str | None = None
     remote_upload_local_results: bool = True
     remote_accept_cached: bool = True
     remote_header: tuple[str, ...] = ()
     remote_timeout: float = 60.0
     remote_instance_name: str = ""
+
+
+# Variables that change what Python imports or runs from outside the action's inputs and
+# environment: a file found through them could change without any key changing.
+UNTRACKED_PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE")
 
 
 def parse_action_env(items: tuple[str, ...]) -> dict[str, str]:
@@ -83,6 +89,14 @@ def parse_action_env(items: tuple[str, ...]) -> dict[str, str]:
         name, sep, value = item.partition("=")
         if not name or not name.replace("_", "").isalnum():
             raise KilnError(f"invalid --action_env '{item}'", hint="write NAME=VALUE or NAME")
+        if name in UNTRACKED_PYTHON_ENV:
+            raise KilnError(
+                f"--action_env={name} is refused: actions would import code kiln does not "
+                "track, and their keys would not change when it does",
+                hint="declare the Python files a model imports in its target's deps (they "
+                "become inputs), and third-party packages in the workspace's "
+                'python_requirements lock, as deps = ["@pip//<name>"]',
+            )
         if not sep:
             if name not in os.environ:
                 continue  # as Bazel: an unset variable is left out
@@ -185,6 +199,14 @@ def build_options(function: Callable[..., Any]) -> Callable[..., Any]:
             multiple=True,
             help="NAME=VALUE (or NAME, taken from kiln's environment) added to every "
             "action's environment, and so to its key; repeatable",
+        ),
+        click.option(
+            "--pip_find_links",
+            multiple=True,
+            type=click.Path(path_type=Path),
+            metavar="DIR",
+            help="Make Python environments offline, from the wheels in DIR (pip --no-index "
+            "--find-links); repeatable",
         ),
         click.option(
             "--remote_cache",

@@ -42,11 +42,16 @@ def execute_graph(
         explain=options.explain,
         verbose_failures=options.verbose_failures,
         python=sys.executable,
+        pip_find_links=tuple(
+            str((session.workspace.root / d).expanduser().resolve())
+            for d in options.pip_find_links
+        ),
     )
     with open_executor(
         session.workspace.root, session.output_base, disk_cache, exec_options
     ) as executor:
         status = StatusPrinter(len(graph), locate, explain=options.explain)
+        executor.report = lambda text: status.print(f"INFO: {text}")
         try:
             if remote is not None:
                 from kiln.exec.remote_spawn_cache import RemoteSpawnCache

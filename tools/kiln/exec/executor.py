@@ -21,7 +21,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
@@ -43,6 +43,7 @@ from kiln.layout import DiskCache, OutputBase
 if TYPE_CHECKING:
     from kiln.exec.remote_spawn_cache import RemoteSpawnCache
     from kiln.exec.spawn import Spawner
+    from kiln.pyenv.environment import EnvironmentStore
 
 # What kiln.actions.spec reads to print a failing action's traceback.
 VERBOSE_FAILURES_ENV = "KILN_VERBOSE_FAILURES"
@@ -64,6 +65,8 @@ class ExecOptions:
     python: str = ""
     # Modules a worker imports once at start: what Python actions would import each time.
     worker_preload: tuple[str, ...] = ("torch", "torch._inductor")
+    # --pip_find_links: Python environments are made offline from these wheelhouses.
+    pip_find_links: tuple[str, ...] = ()
 
 
 class _ActionFailed(Exception):
@@ -103,6 +106,9 @@ class Executor:
     _keys: dict[str, tuple[Action, ActionKey]] = field(default_factory=dict)
     _interrupted: bool = False
     _spawner_lock: threading.Lock = field(default_factory=threading.Lock)
+    # Python environments (kiln.pyenv), made when the first Python action runs.
+    _environments: EnvironmentStore | None = None
+    report: Callable[[str], None] = lambda text: None  # progress of making environments
 
     def __post_init__(self) -> None:
         self.execroots = Execroots(self.output_base.execroot, self.workspace_root, self.cas)
@@ -247,6 +253,10 @@ class Executor:
         from kiln.exec import execroot_files as files
         from kiln.exec.spawn import SpawnRequest
 
+        try:
+            argv = self._argv(action)
+        except KilnError as error:
+            return _Done(None, lane, Failure(error.format()))
         digests = self._input_files(action)
         root = self.execroots.create(action, key.key, digests, self.outputs.executable)
         stdout, stderr = root / ".tmp" / "stdout", root / ".tmp" / "stderr"
@@ -259,7 +269,7 @@ class Executor:
             before = files.input_stats(root, digests)
             run = spawner.spawn(
                 SpawnRequest(
-                    action.argv,
+                    argv,
                     env,
                     root,
                     stdout,
@@ -315,6 +325,25 @@ class Executor:
             return _Done(run.source, lane, printed=files.read_text(stdout))
         finally:
             self.execroots.release(root)
+
+    def _argv(self, action: Action) -> tuple[str, ...]:
+        """The command to run: a Python action's interpreter is its environment's (made
+        first if need be: kiln.pyenv), whatever interpreter analysis wrote in argv. The
+        worker spawner pools workers by that interpreter, so by environment."""
+        if action.python_env is None:
+            return action.argv
+        with self._spawner_lock:
+            if self._environments is None:
+                from kiln.pyenv.environment import EnvironmentStore
+
+                self._environments = EnvironmentStore(
+                    self.output_base.python_envs,
+                    self.options.python or action.argv[0],
+                    find_links=self.options.pip_find_links,
+                    report=self.report,
+                )
+            environments = self._environments
+        return (environments.python_for(action.python_env), *action.argv[1:])
 
     def _spawner_for(self, action: Action) -> Spawner:
         with self._spawner_lock:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln import state_file
-from kiln.action_graph import Action
+from kiln.action_graph import PIP_PROPERTY, Action
 from kiln.exec.action_key import ActionKey
 
 FORMAT = 1
@@ -43,10 +43,18 @@ class ExplainLog:
         if before.platform != key.platform:
             old, new = dict(before.platform), dict(key.platform)
             changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-            reasons.append(
-                "toolchain changed: "
-                + ", ".join(f"{k} {old.get(k, '-')} -> {new.get(k, '-')}" for k in changed)
-            )
+            tools = [k for k in changed if not k.startswith(PIP_PROPERTY)]
+            if tools:
+                reasons.append(
+                    "toolchain changed: "
+                    + ", ".join(f"{k} {old.get(k, '-')} -> {new.get(k, '-')}" for k in tools)
+                )
+            packages = [k for k in changed if k.startswith(PIP_PROPERTY)]
+            if packages:
+                reasons.append(
+                    "python package changed: "
+                    + ", ".join(_package_change(k, old.get(k), new.get(k)) for k in packages)
+                )
         if before.command_digest != key.command_digest:
             reasons.append("command changed (arguments, environment or outputs)")
         changed_inputs = sorted(
@@ -82,3 +90,18 @@ def _is_valid(data: dict[str, Any]) -> bool:
         and isinstance(key.platform, tuple)
         for name, key in entries.items()
     )
+
+
+def _package_change(key: str, old: str | None, new: str | None) -> str:
+    """`pip:timm` = "1.0.31 sha256:..." twice -> "timm 1.0.31 -> 1.0.32"."""
+    name = key[len(PIP_PROPERTY) :]
+    if old is None or new is None:
+        version = (old or new or "").split(" ", 1)[0]
+        return f"{name} {version} {'added' if old is None else 'removed'}"
+    (old_version, _, old_hashes), (new_version, _, new_hashes) = (
+        old.partition(" "),
+        new.partition(" "),
+    )
+    if old_version != new_version:
+        return f"{name} {old_version} -> {new_version}"
+    return f"{name} {new_version} (another wheel: {old_hashes[:19]}... -> {new_hashes[:19]}...)"

@@ -1,8 +1,12 @@
 """Running `python -m module` commands in persistent workers (kiln.workers).
 
-The pool starts on the first request. Settings the interpreter reads only at
-start-up (PYTHONHASHSEED, the locale, ...) come from the environment of that
-first request: the workers' actions share them, as their keys say.
+One pool per interpreter, that is per Python environment (kiln.pyenv: the
+executor puts the environment's interpreter in argv[0]), so actions of targets
+with different packages never share a worker; each pool starts on its first
+request and holds up to `max_instances` workers. Settings the interpreter reads
+only at start-up (PYTHONHASHSEED, the locale, ...) come from the environment of
+that first request: the workers' actions share them, as their keys say.
+Lanes: the first environment's workers are worker-1.., the next env2-worker-1..
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ class WorkerSpawner:
         self._python = python
         self._max_instances = max_instances
         self._preload = preload
-        self._pool: WorkerPool | None = None
+        self._pools: dict[str, WorkerPool] = {}  # by interpreter
         self._lock = threading.Lock()
         self._cancelled = False
 
@@ -53,23 +57,31 @@ class WorkerSpawner:
         )
 
     def _worker_pool(self, request: SpawnRequest) -> WorkerPool:
+        python = request.argv[0] if request.argv else self._python
         with self._lock:
-            if self._pool is None:
+            pool = self._pools.get(python)
+            if pool is None:
                 from kiln.workers.pool import WorkerPool
 
-                self._pool = WorkerPool(
-                    self._python,
+                count = len(self._pools) + 1
+                pool = self._pools[python] = WorkerPool(
+                    python,
                     self._max_instances,
                     preload=self._preload,
                     base_env={k: v for k, v in request.env.items() if k != "TMPDIR"},
+                    lanes="worker" if count == 1 else f"env{count}-worker",
                 )
-            return self._pool
+            return pool
 
     def cancel_all(self) -> None:
         self._cancelled = True
-        if self._pool is not None:
-            self._pool.kill_all()
+        with self._lock:
+            pools = list(self._pools.values())
+        for pool in pools:
+            pool.kill_all()
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
+        with self._lock:
+            pools = list(self._pools.values())
+        for pool in pools:
+            pool.shutdown()

@@ -41,10 +41,12 @@ class WorkerPool:
         max_instances: int,
         preload: tuple[str, ...] = ("torch",),
         base_env: dict[str, str] | None = None,
+        lanes: str = "worker",
     ) -> None:
         if max_instances < 1:
             raise ValueError(f"max_instances must be at least 1, not {max_instances}")
         self._python = python
+        self._lanes = lanes  # workers are "<lanes>-1" .. "<lanes>-N" (profile lanes)
         self._max_instances = max_instances
         self._preload = tuple(preload)
         # The workers' own environment (locale, thread counts, where kiln is
@@ -140,7 +142,9 @@ class WorkerPool:
 
     def _start(self, slot: int) -> WorkerProcess | None:
         try:
-            worker = WorkerProcess(f"worker-{slot}", self._python, self._preload, self._env)
+            worker = WorkerProcess(
+                f"{self._lanes}-{slot}", self._python, self._preload, self._env
+            )
         except BaseException:
             with self._cond:
                 self._slots.discard(slot)
