@@ -131,21 +131,19 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TeamWorkspace]:
     workspace.lock("1.0")
     first = workspace.build("//m/...")
     assert first.code == 0, first.err
+    # Two environments, made once each: teamlib's closure, and the toolchain alone.
+    assert first.err.count("INFO: making the Python environment ") == 2, first.err
+    assert "INFO:   [1/1] teamlib-1.0\n" in first.err
     yield workspace
-
-
-def test_an_environment_is_made_once_per_closure_with_progress(team: TeamWorkspace) -> None:
-    again = team.build("//m:team", "--action_env=REBUILD=1")  # new keys, same environments
-    assert again.code == 0, again.err
-    assert "making the Python environment" not in again.err
-    assert again.ran("//m:team")
 
 
 def test_targets_with_other_packages_never_share_an_interpreter(
     team: TeamWorkspace,
 ) -> None:
+    # New keys (another environment variable), the same Python environments.
     run = team.build("//m/...", "--action_env=ROUND=2", "--worker_max_instances=1")
     assert run.code == 0, run.err
+    assert "making the Python environment" not in run.err
     seen = run.prefixes()
     assert seen["//m:team"][0] == seen["//m:also_team"][0]  # one closure, one environment
     assert seen["//m:team"][0] != seen["//m:plain"][0]
