@@ -45,6 +45,19 @@ def test_the_toolchain_alone_holds_torch_and_kiln_but_nothing_else_of_the_machin
     assert run(python, "import torch.version; print(torch.version.__version__)").returncode == 0
 
 
+def test_the_toolchain_is_imported_from_where_it_is_installed(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    """Not through the environment's symlinks: torch's __file__ gives inductor its -I
+    flags, which end up in a package's bytes, so it must not depend on the output base."""
+    import kiln
+    import typing_extensions
+
+    python = store(tmp_path, wheelhouse).python_for(())
+    found = run(python, "import kiln, typing_extensions as t; print(kiln.__file__, t.__file__)")
+    assert found.stdout.split() == [kiln.__file__, typing_extensions.__file__], found.stderr
+
+
 def test_a_locked_package_is_installed_and_the_next_build_finds_it_by_a_stat(
     tmp_path: Path, wheelhouse: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

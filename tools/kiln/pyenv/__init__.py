@@ -8,6 +8,7 @@
                 <locked packages>       installed by pip (--no-deps, --require-hashes, --target)
                 torch -> ...            the toolchain: symlinks to its distributions' files
                 kiln -> ...             the kiln that computed the actions' keys
+                _kiln_toolchain.pth     imports the toolchain from where it is installed
             kiln-env.json               written last: an environment without it is unfinished
         <digest>.lock                   held while it is made (flock)
 

@@ -33,7 +33,7 @@ from kiln.errors import KilnError
 from kiln.pip_lock import normalized
 from kiln.pyenv import pip, toolchain
 
-FORMAT = 1
+FORMAT = 2
 MANIFEST = "kiln-env.json"
 
 
@@ -178,6 +178,45 @@ def _link_toolchain(site: Path, provided: dict[str, toolchain.Distribution]) -> 
             )
         dest.symlink_to(entry, target_is_directory=entry.is_dir())
         linked.add(entry.name)
+    _write_toolchain_finder(site, entries)
+
+
+# Imported by a .pth at start-up: the toolchain's modules are imported from where they are
+# installed, not through the environment's symlinks, so their __file__ (and everything
+# derived from it: inductor's -I flags, which end up in a package's bytes) is the same
+# whichever environment, in whichever output base, imports them.
+_FINDER = """\
+\"\"\"The toolchain's modules, from where they are installed (made by kiln.pyenv).\"\"\"
+import importlib.machinery
+import sys
+
+PLACES = {places!r}
+
+
+class ToolchainFinder:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        place = PLACES.get(name) if path is None else None
+        if place is None:
+            return None
+        return importlib.machinery.PathFinder.find_spec(name, [place])
+
+
+sys.meta_path.insert(0, ToolchainFinder)
+"""
+
+
+def _write_toolchain_finder(site: Path, entries: list[Path]) -> None:
+    places: dict[str, str] = {}
+    for entry in entries:
+        name = entry.name
+        if name.endswith((".dist-info", ".egg-info", ".pth", ".libs")) or name.startswith("."):
+            continue
+        module = name.split(".", 1)[0] if entry.is_file() else name
+        if module.isidentifier():
+            places.setdefault(module, str(entry.resolve().parent))
+    (site / "_kiln_toolchain.py").write_text(_FINDER.format(places=places), encoding="utf-8")
+    (site / "_kiln_toolchain.pth").write_text("import _kiln_toolchain\n", encoding="utf-8")
 
 
 def check_requirements(site: Path, installed: set[str]) -> None:
