@@ -63,11 +63,6 @@ def build_model(model: ModelSource, label: str | None = None) -> torch.nn.Module
     torch.manual_seed(model.seed)
     try:
         built = factory(**model.factory_kwargs)
-    except ModuleNotFoundError as error:
-        raise ActionFailure(
-            f"factory {model.factory} raised ModuleNotFoundError: No module named "
-            f"'{error.name}'" + missing_module_hint(error.name or "", model)
-        ) from error
     except Exception as error:
         raise ActionError(
             f"the factory {model.factory} raised {summary(error)}",

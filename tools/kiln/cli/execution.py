@@ -43,8 +43,7 @@ def execute_graph(
         verbose_failures=options.verbose_failures,
         python=sys.executable,
         pip_find_links=tuple(
-            str((session.workspace.root / d).expanduser().resolve())
-            for d in options.pip_find_links
+            str((session.workspace.root / d).expanduser().resolve()) for d in options.pip_find_links
         ),
     )
     with open_executor(

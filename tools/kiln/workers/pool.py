@@ -142,9 +142,7 @@ class WorkerPool:
 
     def _start(self, slot: int) -> WorkerProcess | None:
         try:
-            worker = WorkerProcess(
-                f"{self._lanes}-{slot}", self._python, self._preload, self._env
-            )
+            worker = WorkerProcess(f"{self._lanes}-{slot}", self._python, self._preload, self._env)
         except BaseException:
             with self._cond:
                 self._slots.discard(slot)
