@@ -160,9 +160,10 @@ def test_an_undeclared_package_cannot_be_imported_and_the_error_says_what_to_dec
     run = team.build("//m:sneaky")
     assert run.code == 1
     assert (
-        "factory m:sneaky raised ModuleNotFoundError: No module named 'teamlib'\n"
+        "m/m.py:31: the factory m:sneaky raised ModuleNotFoundError: No module named "
+        "'teamlib'\n"
         "  hint: if 'teamlib' is a third-party package, lock it and add \"@pip//teamlib\" "
-        "(its distribution's name) to the deps of the target (it declares no packages); "
+        "(its distribution's name) to the target's deps (it declares no packages); "
         "if it is a file of the workspace, add teamlib.py (or its folder's files) to deps"
     ) in run.err
 

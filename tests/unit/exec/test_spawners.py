@@ -83,3 +83,22 @@ def test_a_command_killed_by_a_signal_crashed(
     result = spawner[0].spawn(_request(tmp_path, "segv"))
     assert result.crashed and not result.succeeded
     assert "SIGSEGV" in result.failure_message
+
+
+def test_workers_are_pooled_per_interpreter(tmp_path: Path) -> None:
+    """Each Python environment has its own interpreter (argv[0]), so its own workers:
+    an action never runs in a worker that another environment's action ran in."""
+    other = tmp_path / "env" / "python"
+    other.parent.mkdir()
+    other.symlink_to(sys.executable)
+    worker = WorkerSpawner(sys.executable, max_instances=1, preload=())
+    try:
+        request = _request(tmp_path, "ok")
+        first = worker.spawn(request)
+        elsewhere = worker.spawn(
+            SpawnRequest(**{**request.__dict__, "argv": (str(other), *request.argv[1:])})
+        )
+        again = worker.spawn(request)
+    finally:
+        worker.close()
+    assert (first.lane, elsewhere.lane, again.lane) == ("worker-1", "env2-worker-1", "worker-1")
