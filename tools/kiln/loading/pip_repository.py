@@ -27,6 +27,7 @@ import difflib
 from kiln import pip_lock
 from kiln.errors import KilnError
 from kiln.loading.package import FileStamp, Package, Target
+from kiln.loading.visibility import PUBLIC
 
 REQUIREMENTS_RULE = "python_requirements"  # the rule that declares a repository
 REQUIREMENT_KIND = "python_requirement"  # the kind of the targets made here
@@ -65,6 +66,8 @@ def load_package(name: str, root_package: Package, root: str) -> Package:
         )
     attrs = {
         "name": distribution,
+        # Any package may use it, as rules_python's hub aliases are public.
+        "visibility": [PUBLIC],
         "hub": hub.label,
         "lock": lock_path,
         "line": found.line,
