@@ -34,13 +34,19 @@ MADE_BY_LOADING: dict[str, str] = {
 # them without a load(), so @kiln//rules:defs.bzl does not export them.
 BAZEL_NATIVE = ("filegroup", "genrule")
 
+# kiln's rules the Bazel rule set has no counterpart of yet, so @kiln//rules:defs.bzl
+# does not export them: a BUILD file that calls one builds with kiln only.
+# docs/python-packages.md ("In Bazel") lists what python_requirements needs there.
+NOT_IN_BAZEL = ("python_requirements",)
+
 # The label a BUILD file shared with Bazel loads kiln's rules from, and what it exports.
 DEFS_BZL = "@kiln//rules:defs.bzl"
 
 
 def exported_rules() -> tuple[str, ...]:
-    """The rules of `load("@kiln//rules:defs.bzl", ...)`: the catalogue but Bazel's own."""
-    return tuple(name for name in CATALOGUE if name not in BAZEL_NATIVE)
+    """The rules of `load("@kiln//rules:defs.bzl", ...)`: the catalogue but Bazel's own
+    and those the Bazel rule set lacks."""
+    return tuple(name for name in CATALOGUE if name not in (*BAZEL_NATIVE, *NOT_IN_BAZEL))
 
 
 def load_rule(name: str) -> Rule:

@@ -31,6 +31,7 @@ KILN_PY = {
     "kiln/actions/spec.py": "tools/kiln/actions/spec.py",
     "kiln/actions/tensorrt_backend.py": "tools/kiln/actions/tensorrt_backend.py",
     "kiln/actions/torch_export.py": "tools/kiln/actions/torch_export.py",
+    "kiln/actions/torchvision_cpu.py": "tools/kiln/actions/torchvision_cpu.py",
     "kiln/actions/trt_engine.py": "tools/kiln/actions/trt_engine.py",
     "kiln/actions/validate.py": "tools/kiln/actions/validate.py",
     "kiln/bazel/__init__.py": "tools/kiln/bazel/__init__.py",
@@ -63,6 +64,8 @@ KILN_PY = {
     "kiln/rules/filegroup.py": "rules/filegroup.py",
     "kiln/rules/genrule.py": "rules/genrule.py",
     "kiln/rules/model_weights.py": "rules/model_weights.py",
+    "kiln/rules/python_requirement.py": "rules/python_requirement.py",
+    "kiln/rules/python_requirements.py": "rules/python_requirements.py",
     "kiln/rules/templates/BUILD.bazel.j2": "rules/templates/BUILD.bazel.j2",
     "kiln/rules/templates/Config.cmake.j2": "rules/templates/Config.cmake.j2",
     "kiln/rules/templates/aoti_loader.cpp.j2": "rules/templates/aoti_loader.cpp.j2",
@@ -115,6 +118,8 @@ CODE = {
         "kiln/rules/filegroup.py",
         "kiln/rules/genrule.py",
         "kiln/rules/model_weights.py",
+        "kiln/rules/python_requirement.py",
+        "kiln/rules/python_requirements.py",
         "kiln/rules/templates/BUILD.bazel.j2",
         "kiln/rules/templates/Config.cmake.j2",
         "kiln/rules/templates/aoti_loader.cpp.j2",
@@ -139,6 +144,7 @@ CODE = {
         "kiln/actions/model_loading.py",
         "kiln/actions/spec.py",
         "kiln/actions/tensorrt_backend.py",
+        "kiln/actions/torchvision_cpu.py",
     ],
     "kiln.actions.init_weights": [
         "kiln/__init__.py",
@@ -148,6 +154,7 @@ CODE = {
         "kiln/actions/init_weights.py",
         "kiln/actions/model_loading.py",
         "kiln/actions/spec.py",
+        "kiln/actions/torchvision_cpu.py",
     ],
     "kiln.actions.render_trt_loader": [
         "kiln/__init__.py",
@@ -176,6 +183,7 @@ CODE = {
         "kiln/actions/model_traps.py",
         "kiln/actions/spec.py",
         "kiln/actions/torch_export.py",
+        "kiln/actions/torchvision_cpu.py",
     ],
     "kiln.actions.trt_engine": [
         "kiln/__init__.py",
@@ -186,6 +194,7 @@ CODE = {
         "kiln/actions/model_traps.py",
         "kiln/actions/spec.py",
         "kiln/actions/torch_export.py",
+        "kiln/actions/torchvision_cpu.py",
         "kiln/actions/trt_engine.py",
     ],
     "kiln.actions.validate": [
@@ -197,6 +206,7 @@ CODE = {
         "kiln/actions/model_loading.py",
         "kiln/actions/spec.py",
         "kiln/actions/tensorrt_backend.py",
+        "kiln/actions/torchvision_cpu.py",
         "kiln/actions/validate.py",
     ],
 }

@@ -95,7 +95,15 @@ def _join(ctx: RuleContext[JoinAttrs]) -> list[object]:
     src = ctx.file("src", ctx.attrs.src)
     spec = ctx.declare_file(f"{ctx.name}.json")
     out = ctx.declare_file(f"{ctx.name}.bin")
-    source = {"src": src.path, "factory": "m:f", "factory_kwargs": {}, "weights": None, "seed": 0}
+    source = {
+        "src": src.path,
+        "factory": "m:f",
+        "factory_kwargs": {},
+        "weights": None,
+        "seed": 0,
+        "python_deps": (),
+        "torchvision_cpu_ops": False,
+    }
     ctx.actions.write_spec(spec, WeightsSpec(source=source, output=out.path))  # type: ignore[arg-type]
     ctx.actions.run_python(
         mnemonic="Compile",

@@ -23,7 +23,7 @@ from kiln.label import Label
 from kiln.loading import natives, nesting, rust_panics, starlark_errors
 from kiln.loading.package import FileStamp
 from kiln.loading.workspace import Workspace
-from kiln.rules import BAZEL_NATIVE, DEFS_BZL, exported_rules
+from kiln.rules import BAZEL_NATIVE, DEFS_BZL, NOT_IN_BAZEL, exported_rules
 
 
 def build_dialect() -> sl.Dialect:
@@ -113,6 +113,11 @@ class BzlLoader:
             close = difflib.get_close_matches(unknown[0], exported, n=1)
             if unknown[0] in BAZEL_NATIVE:
                 hint = f"{unknown[0]} is Bazel's own rule: call it without load(); {hint}"
+            elif unknown[0] in NOT_IN_BAZEL:
+                hint = (
+                    f"{unknown[0]} is kiln's only (the Bazel rule set has none yet): call it "
+                    f"without load(), in a BUILD file kiln alone builds; {hint}"
+                )
             elif close:
                 hint = f"did you mean '{close[0]}'? {hint}"
             raise LoadingError(
