@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fills a wheelhouse with the wheels a lock pins, checked against its hashes, once:
 #
-#     tools/wheelhouse.sh [LOCK] [DIR]     (default: examples/requirements_lock.txt, .wheelhouse)
+#     tools/wheelhouse.sh [LOCK] [DIR]     (default: examples/libraries/requirements_lock.txt, .wheelhouse)
 #
 # then builds can make their Python environments offline:
 #
@@ -12,7 +12,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-lock=${1:-$root/examples/requirements_lock.txt}
+lock=${1:-$root/examples/libraries/requirements_lock.txt}
 dir=${2:-${KILN_WHEELHOUSE:-$root/.wheelhouse}}
 python=${KILN_PYTHON:-$root/.venv/bin/python}
 stamp="$dir/.lock-sha256"

@@ -1,4 +1,4 @@
-"""examples/: two timm models and a transformers model, declared through the lock, packaged.
+"""examples/libraries/: two timm models and a BERT, declared through the lock, packaged.
 
 The wheels come from tools/wheelhouse.sh (a wheelhouse filled once from the
 lock, checked against its hashes, kept in .wheelhouse/ or $KILN_WHEELHOUSE),
@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples/libraries"
 KILN = [sys.executable, "-m", "kiln"]
 TARGETS = ("vit_pt2", "resnet_pt2", "bert_pt2")
 
@@ -46,13 +47,13 @@ class Examples:
 def examples(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Examples]:
     wheelhouse = Path(os.environ.get("KILN_WHEELHOUSE", REPO / ".wheelhouse"))
     subprocess.run(
-        [REPO / "tools/wheelhouse.sh", REPO / "examples/requirements_lock.txt", wheelhouse],
+        [REPO / "tools/wheelhouse.sh", EXAMPLES / "requirements_lock.txt", wheelhouse],
         check=True,
         env=dict(os.environ, KILN_PYTHON=sys.executable),
     )
     base = tmp_path_factory.mktemp("examples")
     root = base / "examples"
-    shutil.copytree(REPO / "examples", root, ignore=shutil.ignore_patterns("kiln-out"))
+    shutil.copytree(EXAMPLES, root, ignore=shutil.ignore_patterns("kiln-out"))
     env = dict(os.environ, XDG_CACHE_HOME=str(base / "cache"), HOME=str(base))
     workspace = Examples(root, wheelhouse, env, subprocess.CompletedProcess([], 0))
     workspace.first = workspace.build()
