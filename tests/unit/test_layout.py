@@ -23,7 +23,12 @@ def test_output_base_names_every_state_file(tmp_path: Path) -> None:
     ]
     assert base.digest_log("blake3") == tmp_path / "digests-blake3.log"
     # kiln clean removes the record of kiln-out/, never the caches describing sources.
-    assert base.build_state() == (base.explain_log, base.action_state, base.execroot)
+    assert base.build_state() == (
+        base.explain_log,
+        base.action_state,
+        base.placed_outputs,
+        base.execroot,
+    )
 
 
 def test_default_output_base_is_per_workspace_under_the_cache_home(
