@@ -70,7 +70,7 @@ def test_the_messages_are_kilns(bazel_errors: dict[str, str]) -> None:
     )
     assert bazel_errors["//bad/not_a_model:p"] == (
         "ERROR: //bad/not_a_model:p: attribute 'model' must name a torch_model target, "
-        "not //models:mlp.py"
+        "not //bad/not_a_model:m.py"
     )
     # A torch_model's own error, found by the planning action of what depends on it.
     assert bazel_errors["//bad/dims:m"].startswith("ERROR: //bad/dims:m: ")
