@@ -57,7 +57,10 @@ WORKSPACE = {
             ],
         )
         aoti_package(name = "mlp_pt2", model = ":mlp", inductor_configs = {"max_autotune": False})
-        aoti_package(name = "mlp_cuda", model = ":mlp", device = "cuda", validate = False)
+        aoti_package(
+            name = "mlp_cuda", model = ":mlp", device = "cuda", validate = False,
+            weights = "separate",
+        )
         model_weights(
             name = "init", src = "mlp.py", factory = "mlp:build", seed = 3, out = "init.pt",
         )
@@ -108,7 +111,8 @@ def test_every_spec_of_every_rule_reads_back_as_its_record(
         kinds[kind] = kinds.get(kind, 0) + 1
     assert kinds == {
         "ExportSpec": 2,
-        "PackageSpec": 2,
+        "CompileSpec": 2,
+        "JoinSpec": 2,
         "ValidateSpec": 1,
         "WeightsSpec": 1,
         "TrtEngineSpec": 2,
@@ -122,7 +126,8 @@ def test_a_python_action_reads_the_spec_it_is_given(
     """The argv of every Python action names a spec whose kind is the one that module reads."""
     readers = {
         "kiln.actions.torch_export": "ExportSpec",
-        "kiln.actions.aoti_package": "PackageSpec",
+        "kiln.actions.aoti_compile": "CompileSpec",
+        "kiln.actions.aoti_join": "JoinSpec",
         "kiln.actions.validate": "ValidateSpec",
         "kiln.actions.init_weights": "WeightsSpec",
         "kiln.actions.trt_engine": "TrtEngineSpec",
@@ -169,8 +174,9 @@ EXPORT = ExportSpec.from_json(
                 },
             },
             "device": "cpu",
-            "output": "kiln-out/m/m.ep.pt2",
+            "output": "kiln-out/m/m.structure.pt2",
             "goldens": "kiln-out/m/m.golden.safetensors",
+            "weights": "kiln-out/m/m.weights.safetensors",
         }
     )
 )

@@ -46,6 +46,9 @@ Backend = Literal["inductor", "tensorrt"]
 CpuTarget = Literal["native", "x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"]
 TargetPlatform = Literal["linux_x86_64", "windows_x86_64"]
 Point = Literal["example", "min", "opt", "max"]
+# How an AOTInductor package holds its weights: inside the .pt2, or in a weights file
+# beside a .pt2 of the program alone, loaded at start.
+WeightsForm = Literal["packaged", "separate"]
 # A value of a factory's keyword argument, as a BUILD file can write it.
 FactoryValue = int | float | str | bool
 
@@ -328,12 +331,19 @@ class WeightsSpec(Spec):
 
 class ExportSpec(Spec):
     """TorchExport: torch.export the model, save the program without stack traces, and
-    (when `goldens` is set) record eager's outputs at every shape point for validation."""
+    (when `goldens` is set) record eager's outputs at every shape point for validation.
+
+    With `weights` set the program is saved as its structure: every parameter and
+    buffer replaced by a placeholder of the same dtype, shape and strides
+    (kiln.actions.weights_split), so its bytes do not depend on weight values, and the
+    real values go to `weights` (safetensors, by FQN).
+    """
 
     model: ModelSpec
     device: Device
     output: str
     goldens: str | None  # <name>.golden.safetensors; None: the package is not validated
+    weights: str | None  # <name>.weights.safetensors; None: the program keeps its weights
 
 
 class TensorRTSettings(Record):
@@ -384,6 +394,7 @@ class ValidateSpec(Spec):
     signature: ModelSignature  # regenerates the inputs the goldens were computed on
     goldens: str
     package: str
+    weights: str | None  # weights = "separate": the file loaded into the package first
     output: str
     device: Device
     backend: Backend
@@ -435,6 +446,76 @@ class OutputCheck(Record):
     relative_error: float | None  # max_abs_error / reference_max; None where eager is all 0
     cosine: float  # of the flattened values; 1.0 where both are all zero
     ok: bool
+
+
+class CompileSpec(Spec):
+    """AotiCompile: a program's structure into an AOTInductor program whose weights are data.
+
+    Its input is the structure TorchExport writes (placeholders for weights), so the
+    compile is keyed on the graph, the parameters' names, dtypes, shapes and strides,
+    the settings and the toolchain, never on weight values. It writes the constant
+    layout (a ConstantLayout) the join needs.
+    """
+
+    structure: str
+    output: str
+    layout: str
+    device: Device
+    cpu_target: CpuTarget
+    inductor_configs: dict[str, JsonValue]
+
+
+ConstantKind = Literal["weight", "constant"]
+
+
+class ConstantEntry(Record):
+    """One constant of a compiled program, in the order of its weights blob."""
+
+    name: str  # AOTInductor's name for it, e.g. "l1_weight"
+    fqn: str  # its original name, e.g. "l1.weight": the key in the weights file
+    # weight: a parameter or buffer (from the weights file); constant: a tensor of the
+    # code (a literal or a plain tensor attribute), which stays with the program
+    kind: ConstantKind
+    dtype: str  # torch dtype name, e.g. "float32"
+    shape: Shape
+    stride: Shape
+    data_size: int  # the bytes it takes in the blob: its storage, padded as AOTInductor pads
+
+
+class ConstantLayout(Spec):
+    """AotiCompile's <name>.layout.json: what a join needs to know of a compiled program."""
+
+    blob: str | None  # the weights blob's record in the program's archive (None: no constants)
+    constants: tuple[ConstantEntry, ...]
+
+    def weights(self) -> tuple[ConstantEntry, ...]:
+        return tuple(entry for entry in self.constants if entry.kind == "weight")
+
+
+class Provenance(Record):
+    """What the rule knows of a package's origin; the join adds the digests and keys."""
+
+    target: str  # the aoti_package's label
+    model: str  # the torch_model's label
+    device: Device
+    cpu_target: CpuTarget
+    toolchain: dict[str, str]  # torch, python, os, arch: the versions the actions' key holds
+
+
+class JoinSpec(Spec):
+    """AotiJoin: a compiled program and its weights into the package a deployment loads.
+
+    packaged: the .pt2 holds the weights (plain aoti_load_package loads it);
+    separate: the .pt2 holds the program alone, and `weights` is loaded at start.
+    Either way the package's metadata names its target, keys, digests and toolchain.
+    """
+
+    program: str
+    layout: str
+    weights: str
+    output: str
+    form: WeightsForm
+    provenance: Provenance
 
 
 class ValidationCheck(Record):
