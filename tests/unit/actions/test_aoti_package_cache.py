@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kiln.action_specs import CpuTarget, PackageSpec
+from kiln.action_specs import CompileSpec, CpuTarget, PackageSpec
 from kiln.actions.aoti_package import inductor_cache_dir
 
 from tests.model_fixtures import MLP
@@ -42,3 +42,25 @@ def test_settings_and_program_bytes_do(tmp_path: Path) -> None:
     program.write_bytes(b"another program")
     assert inductor_cache_dir(_spec("kiln-out", program)) != first
     assert first.parent == Path("/tmp") and first.name.startswith("kiln-inductor-")
+
+
+def test_the_compile_of_a_structure_is_named_the_same_way(tmp_path: Path) -> None:
+    """AotiCompile's cache: its structure's bytes and settings, not where its files lie."""
+
+    def compile_spec(root: str) -> CompileSpec:
+        structure = tmp_path / root / "mlp_pt2.structure.pt2"
+        structure.parent.mkdir(parents=True, exist_ok=True)
+        structure.write_bytes(b"structure")
+        return CompileSpec(
+            structure=str(structure),
+            output=f"{root}/models/mlp_pt2.program.pt2",
+            layout=f"{root}/models/mlp_pt2.layout.json",
+            device="cpu",
+            cpu_target="native",
+            inductor_configs={},
+        )
+
+    kiln, bazel = compile_spec("kiln-out"), compile_spec("bazel-out/k8-fastbuild/bin")
+    assert inductor_cache_dir(kiln) == inductor_cache_dir(bazel)
+    other = kiln.model_copy(update={"cpu_target": "x86-64-v3"})
+    assert inductor_cache_dir(other) != inductor_cache_dir(kiln)

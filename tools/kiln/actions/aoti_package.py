@@ -1,9 +1,10 @@
 """AotiPackage: compile an exported program into an AOTInductor .pt2 package.
 
-Backend "inductor": torch._inductor.aoti_compile_and_package. Backend
-"tensorrt": torch_tensorrt.dynamo.compile with Input(min, opt, max) ranges,
+Backend "tensorrt": torch_tensorrt.dynamo.compile with Input(min, opt, max) ranges,
 then torch_tensorrt.save(..., output_format="aot_inductor", retrace=True),
-as the Torch-TensorRT AOTInductor guide shows.
+as the Torch-TensorRT AOTInductor guide shows. (Backend "inductor" compiles the
+program's structure once and joins the weights after: kiln.actions.aoti_compile and
+kiln.actions.aoti_join. Both share the temp-dir and cache pinning below.)
 
 Reproducibility: inductor embeds its cache path in generated sources, and a
 warm cache adds comments; the package's top folder is the file's stem. So
@@ -27,28 +28,33 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kiln.action_specs import PackageSpec
+from kiln.action_specs import CompileSpec, PackageSpec
 from kiln.actions import spec as action_spec
 from kiln.actions.errors import ActionError, summary
 
 
-def inductor_cache_dir(spec: PackageSpec) -> Path:
-    """The private inductor cache of this packaging; the package's bytes embed its path.
+def inductor_cache_dir(spec: PackageSpec | CompileSpec) -> Path:
+    """The private inductor cache of this packaging (or AotiCompile's compile); the
+    package's bytes embed its path.
 
     A fixed path (not the per-run execroot, not $TMPDIR), named after what is
     compiled: the spec without its paths, and the program's bytes. Not after the
     paths: they name the output root (kiln-out/ or bazel-out/<cfg>/bin/), which
     must never reach an artifact (tests/e2e/test_path_independence.py).
     """
-    settings = spec.model_copy(update={"program": "", "output": ""}).to_json()
+    if isinstance(spec, CompileSpec):
+        source, paths = spec.structure, {"structure": "", "output": "", "layout": ""}
+    else:
+        source, paths = spec.program, {"program": "", "output": ""}
+    settings = spec.model_copy(update=paths).to_json()
     digest = hashlib.sha256(settings.encode())
-    with open(spec.program, "rb") as program:
+    with open(source, "rb") as program:
         digest.update(hashlib.file_digest(program, "sha256").digest())
     return Path("/tmp") / f"kiln-inductor-{digest.hexdigest()[:16]}"
 
 
 @contextlib.contextmanager
-def private_inductor_cache(spec: PackageSpec) -> Iterator[Path]:
+def private_inductor_cache(spec: PackageSpec | CompileSpec) -> Iterator[Path]:
     base = inductor_cache_dir(spec)
     lock = os.open(f"{base}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:

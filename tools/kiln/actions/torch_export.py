@@ -17,6 +17,11 @@ validation, which reads only them and the package, is a cache hit too.
 
 Failures are one paragraph each (kiln.actions.model_traps): the model fails on
 its example inputs, torch.export refuses it, or the model fails at a shape point.
+
+With the spec's `weights` set (aoti_package's inductor backend) the program is
+saved as its structure, placeholders in place of weights, and the weights go to
+their own file (kiln.actions.weights_split): then a change of weights alone leaves
+the program's bytes, and so the compile, untouched too.
 """
 
 from __future__ import annotations
@@ -159,9 +164,15 @@ def main(spec: ExportSpec) -> None:
     canonicalize(program)
     output = Path(spec.output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    torch.export.save(program, output)
+    # The goldens first: eager's outputs with the real weights, before the split takes
+    # them out of the program.
     if spec.goldens is not None:
         write_goldens(Path(spec.goldens), *golden_outputs(module, model, device))
+    if spec.weights is not None:
+        from kiln.actions import weights_split
+
+        weights_split.save(weights_split.split(program), Path(spec.weights))
+    torch.export.save(program, output)
 
 
 if __name__ == "__main__":

@@ -146,6 +146,10 @@ def checks(spec: ValidateSpec, progress: Path) -> None:
         raise ActionError(
             f"the package does not load: {summary(error)}", label=spec.label, cause=error
         ) from error
+    if spec.weights is not None:  # weights = "separate": the package and its weights file
+        from kiln.actions.package_weights import load_into
+
+        load_into(package, spec.weights)
     results = []
     for golden in goldens.points:
         progress.write_text(golden.point)

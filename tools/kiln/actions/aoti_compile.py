@@ -1,0 +1,137 @@
+"""AotiCompile: a program's structure into an AOTInductor program whose weights are data.
+
+    structure (<name>.structure.pt2: placeholders for weights, kiln.actions.weights_split)
+      -> torch._inductor.aoti_compile_and_package(..., SPLIT_CONFIGS)
+      -> <name>.program.pt2   the compiled program; its weights blob holds the placeholders
+         <name>.layout.json   its constants in blob order (ConstantLayout), checked
+
+The action's inputs hold no weight values, so a retrained model (a new weights file,
+a new model_weights seed) never re-runs it: AotiJoin puts the weights in. What keeps
+values out of the compiled code, measured on torch 2.13 (tests/e2e/test_weights_join.py
+pins it):
+
+- Inductor inlines small constants into kernels as literals
+  (GraphLowering.can_inline_constant: 0-d tensors, 1-d tensors of <= 8 elements)
+  unless `always_keep_tensor_constants`; with it each stays a constant.
+- `freezing` folds weights into the graph by design: kiln sets it off (and the rule
+  refuses it).
+- package_constants_in_so = False with package_constants_on_disk_format =
+  "binary_blob" keeps the constants out of the .so, in a blob beside it that
+  AOTIModelPackageLoader loads: the one file a join rewrites.
+
+kiln.actions.constant_layout then checks the blob against the structure, so a
+setting or a torch version that folds values anyway fails here, never silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from kiln.action_specs import CompileSpec
+from kiln.actions import spec as action_spec
+from kiln.actions.aoti_package import cpu_target_env, pin_temp_dirs, private_inductor_cache
+from kiln.actions.spec import ActionFailure
+
+SPLIT_CONFIGS: dict[str, Any] = {
+    "aot_inductor.package_constants_in_so": False,
+    "aot_inductor.package_constants_on_disk_format": "binary_blob",
+    "always_keep_tensor_constants": True,
+    "freezing": False,
+}
+METADATA = "aot_inductor.metadata"
+
+
+def main(spec: CompileSpec) -> None:
+    output = Path(spec.output).resolve()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        private_inductor_cache(spec) as cache,
+        _environment(
+            TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
+            TRITON_CACHE_DIR=str(cache / "triton"),
+            **cpu_target_env(spec.cpu_target),
+        ),
+    ):
+        pin_temp_dirs()
+        import torch
+        import torch._inductor
+
+        from kiln.actions.constant_layout import layout_of
+
+        structure = torch.export.load(spec.structure)
+        configs = inductor_configs(spec, compile_key(spec, torch.__version__))
+        try:
+            torch._inductor.aoti_compile_and_package(
+                structure, package_path=str(output), inductor_configs=configs
+            )
+        except Exception as error:
+            raise ActionFailure(
+                f"AOTInductor compilation failed: {type(error).__name__}: "
+                f"{str(error).strip()[:2000]}"
+            ) from error
+        layout = layout_of(output, structure, spec.device)
+    Path(spec.layout).write_text(layout.to_json(), encoding="utf-8")
+
+
+def inductor_configs(spec: CompileSpec, key: str) -> dict[str, Any]:
+    """The user's settings with kiln's split settings over them, and the compile's
+    provenance in the package metadata (the join keeps it)."""
+    configs = dict(spec.inductor_configs)
+    metadata = configs.pop(METADATA, None) or {}
+    if not isinstance(metadata, dict):
+        raise ActionFailure(f"inductor_configs '{METADATA}' must be a dict of strings")
+    return {
+        **configs,
+        **SPLIT_CONFIGS,
+        METADATA: {**{str(k): str(v) for k, v in metadata.items()}, "kiln.compile_key": key},
+    }
+
+
+def compile_key(spec: CompileSpec, torch_version: str) -> str:
+    """What the compiled program is a function of: the structure's bytes, the settings and
+    the toolchain. No paths: the same compile gives the same key wherever it runs."""
+    facts = {
+        "structure": file_digest(Path(spec.structure)),
+        "device": spec.device,
+        "cpu_target": spec.cpu_target,
+        "inductor_configs": spec.inductor_configs,
+        "split_configs": SPLIT_CONFIGS,
+        "toolchain": {
+            "torch": torch_version,
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+        },
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """os.environ with `values` set while the block runs: a worker runs other actions after."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+if __name__ == "__main__":
+    action_spec.run(main, CompileSpec, sys.argv[1:])

@@ -1,0 +1,59 @@
+"""Loading a weights file into a loaded AOTInductor package, checked (Python's side).
+
+    package = torch._inductor.aoti_load_package("mlp_pt2.pt2")
+    load_into(package, "mlp_pt2.weights.safetensors")
+
+AOTInductor's load_constants checks none of what matters: it copies each tensor's
+storage as it is (a wrong dtype is read as the compiled one, other strides are taken
+as given, a larger tensor overruns its slot) and only warns about a missing buffer.
+So the package's metadata lists its weights (kiln.weights: name -> [dtype, shape,
+strides], written by AotiJoin), and this refuses a file that misses one, has a name
+the package does not know, or a dtype or shape of its own; each tensor is copied into
+the strides the program was compiled for. The generated C++ loader does the same.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kiln.actions.spec import ActionFailure
+
+
+def checked(metadata: dict[str, str], weights: dict[str, Any], source: str) -> dict[str, Any]:
+    """`weights` (name -> tensor) as the package takes them: every one it needs, in its
+    dtypes, shapes and strides; ActionFailure naming what is wrong otherwise."""
+    import torch
+
+    if "kiln.weights" not in metadata:
+        raise ActionFailure("the package lists no weights (kiln.weights): was it built by kiln?")
+    expected: dict[str, list[Any]] = json.loads(metadata["kiln.weights"])
+    unused = set(json.loads(metadata.get("kiln.weights_unused", "[]")))
+    missing = [name for name in expected if name not in weights]
+    unknown = [name for name in weights if name not in expected and name not in unused]
+    problems = []
+    if missing:
+        problems.append(f"missing {len(missing)}: {', '.join(missing[:5])}")
+    if unknown:
+        problems.append(f"not weights of this package: {', '.join(unknown[:5])}")
+    out = {}
+    for name, (dtype, shape, stride) in expected.items():
+        value = weights.get(name)
+        if value is None:
+            continue
+        have = str(value.dtype).removeprefix("torch.")
+        if have != dtype or list(value.shape) != shape:
+            problems.append(f"'{name}' is {have} {list(value.shape)}, expected {dtype} {shape}")
+            continue
+        out[name] = torch.empty_strided(shape, stride, dtype=value.dtype).copy_(value)
+    if problems:
+        raise ActionFailure(f"weights {source} do not fit the package: {'; '.join(problems)}")
+    return out
+
+
+def load_into(package: Any, path: str) -> None:
+    """Loads the weights file at `path` into `package` (an AOTICompiledModel)."""
+    from safetensors.torch import load_file
+
+    weights = checked(package.get_metadata(), load_file(path), path)
+    package.load_constants(weights, check_full_update=True)
