@@ -2,18 +2,25 @@
 
     aoti_package(name = "resnet_pt2", model = ":resnet", device = "cpu")
 
-Actions, each cached on its own:
+Compiled once per architecture, weights joined after. Actions, each cached on its own:
 
-    TorchExport   model source + weights -> <name>.ep.pt2 (canonical: no stack traces)
-                  and <name>.golden.safetensors (eager's outputs at min/opt/max)
-    AotiPackage   <name>.ep.pt2 -> <name>.pt2          (10-60 s; early cutoff: an edit
-                                                        that keeps the graph is a hit)
-    AotiValidate  <name>.pt2 vs the goldens at min/opt/max -> <name>.validation.json
-                  (reads no model source: an edit that keeps eager's outputs is a hit)
+    TorchExport   model source + weights -> <name>.structure.pt2 (placeholders for the
+                  weights, no stack traces) + <name>.weights.safetensors (the values)
+                  + <name>.golden.safetensors (eager's outputs at min/opt/max)
+    AotiCompile   <name>.structure.pt2 -> <name>.program.pt2 + <name>.layout.json
+                  (10-60 s; keyed on structure: a change of weights alone, or an edit
+                  that keeps the graph, is a cache hit)
+    AotiJoin      program + layout + weights -> <name>.pt2, with provenance metadata
+    AotiValidate  <name>.pt2 (+ its weights file) vs the goldens at min/opt/max
+                  -> <name>.validation.json (reads no model source: an edit that keeps
+                  eager's outputs is a hit)
     FileWrite     the C++ loader library (<name>_loader/...) and the Python loader
                   (<name>_loader.py)
 
-Backend "tensorrt" compiles with Torch-TensorRT and needs torch_tensorrt.
+`weights` picks the deployment form: "packaged" (a self-contained .pt2) or
+"separate" (the .pt2 holds the program alone; <name>.weights.safetensors is loaded
+at start). Backend "tensorrt" compiles with Torch-TensorRT (export with weights,
+AotiPackage, validation) and needs torch_tensorrt.
 """
 
 from __future__ import annotations
@@ -23,19 +30,24 @@ from typing import Any
 from kiln.rule_api import (
     GPUS,
     Backend,
+    CompileSpec,
     CpuTarget,
     DefaultInfo,
     Device,
     ExportSpec,
     File,
+    JoinSpec,
     LabelAttr,
     PackageSpec,
+    Provenance,
+    PythonPackage,
     Resources,
     Rule,
     RuleAttrs,
     RuleContext,
     TensorRTSettings,
     ValidateSpec,
+    WeightsForm,
 )
 from kiln.rules import aoti_loader
 from kiln.rules.torch_model import TorchModelInfo
@@ -43,6 +55,20 @@ from pydantic import Field
 
 # The standard and the TensorRT-RTX flavours of Torch-TensorRT install under different names.
 TRT_DISTRIBUTIONS = ("torch_tensorrt", "torch_tensorrt_rtx")
+
+# inductor_configs kiln sets itself to keep weight values out of the compiled code
+# (kiln.actions.aoti_compile), and settings that would put them back in.
+SPLIT_SETTINGS = (
+    "always_keep_tensor_constants",
+    "aot_inductor.package_constants_in_so",
+    "aot_inductor.package_constants_on_disk_format",
+)
+VALUE_SETTINGS = {
+    "freezing": "folds the weights into the compiled graph",
+    "freezing_discard_parameters": "folds the weights into the compiled graph",
+    "aot_inductor.use_runtime_constant_folding": "computes constants from weights when loaded",
+    "aot_inductor.force_mmap_weights": "links the weights into the .so",
+}
 
 
 class AotiPackageAttrs(RuleAttrs):
@@ -58,6 +84,11 @@ class AotiPackageAttrs(RuleAttrs):
     )
     inductor_configs: dict[str, Any] = Field(
         default_factory=dict, description="torch._inductor config overrides, by name"
+    )
+    weights: WeightsForm = Field(
+        default="packaged",
+        description="'packaged': one self-contained .pt2, weights inside; 'separate': a .pt2 "
+        "of the program alone and <name>.weights.safetensors, which the loaders load at start",
     )
     validate_: bool = Field(
         default=True, alias="validate", description="check the package against eager"
@@ -115,12 +146,88 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
             hint="install kiln's 'trt' extra (torch-tensorrt==2.13.0) on a machine with "
             "TensorRT and a CUDA GPU, or use backend = 'inductor'",
         )
-    gpu = 1 if attrs.device == "cuda" else 0
+    if attrs.backend == "tensorrt" and attrs.weights == "separate":
+        raise ctx.error(
+            "weights = 'separate' needs backend = 'inductor': a Torch-TensorRT package "
+            "holds its weights inside its engines"
+        )
+    if attrs.backend == "inductor":
+        _check_split_settings(ctx)
     packages = ("torch", flavour) if attrs.backend == "tensorrt" and flavour else ("torch",)
-    platform = {"device": attrs.device, **(_gpu_properties(ctx) if gpu else {})}
-    name = ctx.name
+    actions = _Actions(ctx, packages, model.python_env)
+
+    # Eager's outputs at the shape points, for validation: made by the export, where the
+    # model is built anyway, so that validation reads no model source (a comment-only
+    # edit re-runs only the export, whose outputs come out byte-identical).
+    goldens = ctx.declare_file(f"{ctx.name}.golden.safetensors") if attrs.validate_ else None
+    if attrs.backend == "inductor":
+        package, weights = _compile_and_join(ctx, model, actions, goldens)
+    else:
+        package, weights = _tensorrt_package(ctx, model, actions, goldens), None
+
+    outputs = [package, *([weights] if weights else [])]
+    if goldens is not None:
+        report = ctx.declare_file(f"{ctx.name}.validation.json")
+        validate_spec = ctx.declare_file(f"{ctx.name}.validate.json")
+        separate = weights if attrs.weights == "separate" else None
+        ctx.actions.write_spec(
+            validate_spec,
+            ValidateSpec(
+                label=ctx.label,
+                model=model.label,
+                signature=model.signature,
+                goldens=goldens.path,
+                package=package.path,
+                weights=separate.path if separate else None,
+                output=report.path,
+                device=attrs.device,
+                backend=attrs.backend,
+                rtol=attrs.rtol,
+                atol=attrs.atol,
+                min_cosine=attrs.min_cosine,
+            ),
+        )
+        # The package (and its weights file) and eager's goldens, not the model's source.
+        # Never in a worker: a package that aborts must fail this check, not a worker.
+        actions.run(
+            "AotiValidate",
+            "validate",
+            validate_spec,
+            [package, *([separate] if separate else []), goldens],
+            [report],
+            2000,
+            workers=False,
+            extra_packages=("safetensors",),
+        )
+        outputs.append(report)
+
+    library = aoti_loader.declare_loader_library(
+        ctx, package=package, model=model, device=attrs.device, backend=attrs.backend
+    )
+    python_loader = aoti_loader.declare_python_loader(
+        ctx, package=package, model=model, device=attrs.device, backend=attrs.backend
+    )
+    return [DefaultInfo((*outputs, *library, python_loader))]
+
+
+class _Actions:
+    """The Python actions of one aoti_package target: its device, GPU and packages, and
+    the model's environment (the locked closure of its @pip// deps) for every one."""
+
+    def __init__(
+        self,
+        ctx: RuleContext[AotiPackageAttrs],
+        packages: tuple[str, ...],
+        python_env: tuple[PythonPackage, ...],
+    ):
+        self.ctx = ctx
+        self.packages = packages
+        self.python_env = python_env
+        self.gpu = 1 if ctx.attrs.device == "cuda" else 0
+        self.platform = {"device": ctx.attrs.device, **(_gpu_properties(ctx) if self.gpu else {})}
 
     def run(
+        self,
         mnemonic: str,
         module: str,
         spec: File,
@@ -129,25 +236,111 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
         memory_mb: int,
         *,
         workers: bool = True,
+        extra_packages: tuple[str, ...] = (),
     ) -> None:
-        ctx.actions.run_python(
+        self.ctx.actions.run_python(
             mnemonic=mnemonic,
             module=module,
             spec=spec,
             inputs=inputs,
             outputs=outputs,
-            packages=packages,
-            python_env=model.python_env,
-            platform=platform,
-            resources=Resources(cpu=1, gpu=gpu, memory_mb=memory_mb),
+            packages=(*self.packages, *extra_packages),
+            python_env=self.python_env,
+            platform=self.platform,
+            resources=Resources(cpu=1, gpu=self.gpu, memory_mb=memory_mb),
             supports_workers=workers,
         )
 
+
+def _compile_and_join(
+    ctx: RuleContext[AotiPackageAttrs],
+    model: TorchModelInfo,
+    actions: _Actions,
+    goldens: File | None,
+) -> tuple[File, File]:
+    """Export (structure + weights), compile the structure, join: (the .pt2, the weights)."""
+    attrs, name = ctx.attrs, ctx.name
+    structure = ctx.declare_file(f"{name}.structure.pt2")
+    weights = ctx.declare_file(f"{name}.weights.safetensors")
+    export_spec = ctx.declare_file(f"{name}.export.json")
+    ctx.actions.write_spec(
+        export_spec,
+        ExportSpec(
+            model=model.spec,
+            device=attrs.device,
+            output=structure.path,
+            goldens=goldens.path if goldens else None,
+            weights=weights.path,
+        ),
+    )
+    actions.run(
+        "TorchExport",
+        "torch_export",
+        export_spec,
+        model.files,
+        [structure, weights, *([goldens] if goldens else [])],
+        2000,
+        extra_packages=("safetensors",),
+    )
+
+    program = ctx.declare_file(f"{name}.program.pt2")
+    layout = ctx.declare_file(f"{name}.layout.json")
+    compile_spec = ctx.declare_file(f"{name}.compile.json")
+    ctx.actions.write_spec(
+        compile_spec,
+        CompileSpec(
+            structure=structure.path,
+            output=program.path,
+            layout=layout.path,
+            device=attrs.device,
+            cpu_target=attrs.cpu_target,
+            inductor_configs=attrs.inductor_configs,
+        ),
+    )
+    actions.run(
+        "AotiCompile", "aoti_compile", compile_spec, [structure], [program, layout], attrs.memory_mb
+    )
+
+    package = ctx.declare_file(f"{name}.pt2")
+    join_spec = ctx.declare_file(f"{name}.join.json")
+    ctx.actions.write_spec(
+        join_spec,
+        JoinSpec(
+            program=program.path,
+            layout=layout.path,
+            weights=weights.path,
+            output=package.path,
+            form=attrs.weights,
+            provenance=Provenance(
+                target=ctx.label,
+                model=model.label,
+                device=attrs.device,
+                cpu_target=attrs.cpu_target,
+                toolchain={"python": ctx.host.python, "os": ctx.host.os, "arch": ctx.host.arch},
+            ),
+        ),
+    )
+    actions.run(
+        "AotiJoin",
+        "aoti_join",
+        join_spec,
+        [program, layout, weights],
+        [package],
+        2000,
+        extra_packages=("safetensors",),
+    )
+    return package, weights
+
+
+def _tensorrt_package(
+    ctx: RuleContext[AotiPackageAttrs],
+    model: TorchModelInfo,
+    actions: _Actions,
+    goldens: File | None,
+) -> File:
+    """Export (weights inside), then Torch-TensorRT's AOTInductor packaging: the .pt2."""
+    attrs, name = ctx.attrs, ctx.name
     program = ctx.declare_file(f"{name}.ep.pt2")
-    # Eager's outputs at the shape points, for validation: made where the model is built
-    # anyway, so that validation reads no model source (a comment-only edit re-runs
-    # only the export, whose outputs come out byte-identical).
-    goldens = ctx.declare_file(f"{name}.golden.safetensors") if attrs.validate_ else None
     export_spec = ctx.declare_file(f"{name}.export.json")
     ctx.actions.write_spec(
         export_spec,
@@ -156,10 +349,19 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
             device=attrs.device,
             output=program.path,
             goldens=goldens.path if goldens else None,
+            weights=None,
         ),
     )
     exported = [program, *([goldens] if goldens else [])]
-    run("TorchExport", "torch_export", export_spec, model.files, exported, 2000)
+    actions.run(
+        "TorchExport",
+        "torch_export",
+        export_spec,
+        model.files,
+        exported,
+        2000,
+        extra_packages=("safetensors",),
+    )
 
     package = ctx.declare_file(f"{name}.pt2")
     package_spec = ctx.declare_file(f"{name}.package.json")
@@ -173,51 +375,42 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
             cpu_target=attrs.cpu_target,
             inductor_configs=attrs.inductor_configs,
             signature=model.signature,
-            tensorrt=_tensorrt_settings(attrs) if attrs.backend == "tensorrt" else None,
+            tensorrt=_tensorrt_settings(attrs),
         ),
     )
-    run("AotiPackage", "aoti_package", package_spec, [program], [package], attrs.memory_mb)
+    actions.run("AotiPackage", "aoti_package", package_spec, [program], [package], attrs.memory_mb)
+    return package
 
-    outputs = [package]
-    if goldens is not None:
-        report = ctx.declare_file(f"{name}.validation.json")
-        validate_spec = ctx.declare_file(f"{name}.validate.json")
-        ctx.actions.write_spec(
-            validate_spec,
-            ValidateSpec(
-                label=ctx.label,
-                model=model.label,
-                signature=model.signature,
-                goldens=goldens.path,
-                package=package.path,
-                output=report.path,
-                device=attrs.device,
-                backend=attrs.backend,
-                rtol=attrs.rtol,
-                atol=attrs.atol,
-                min_cosine=attrs.min_cosine,
-            ),
-        )
-        # The package and eager's goldens, not the model's source. Never in a worker:
-        # a package that aborts must fail this check, not a worker.
-        run(
-            "AotiValidate",
-            "validate",
-            validate_spec,
-            [package, goldens],
-            [report],
-            2000,
-            workers=False,
-        )
-        outputs.append(report)
 
-    library = aoti_loader.declare_loader_library(
-        ctx, package=package, model=model, device=attrs.device, backend=attrs.backend
-    )
-    python_loader = aoti_loader.declare_python_loader(
-        ctx, package=package, model=model, device=attrs.device, backend=attrs.backend
-    )
-    return [DefaultInfo((*outputs, *library, python_loader))]
+def _check_split_settings(ctx: RuleContext[AotiPackageAttrs]) -> None:
+    """Refuse inductor_configs that would make the compile depend on weight values (or
+    undo what keeps it from depending on them)."""
+    configs = dict(ctx.attrs.inductor_configs)
+    nested = configs.pop("aot_inductor", None)
+    if isinstance(nested, dict):
+        configs.update({f"aot_inductor.{k}": v for k, v in nested.items()})
+    for key, value in configs.items():
+        if key in SPLIT_SETTINGS:
+            raise ctx.error(
+                f"inductor_configs sets '{key}', which kiln sets itself: it compiles the "
+                "program once per architecture and joins the weights after, and this setting "
+                "is what keeps weight values out of the compiled code",
+                hint=f"remove '{key}' from inductor_configs",
+            )
+        if key in VALUE_SETTINGS and value:
+            raise ctx.error(
+                f"inductor_configs sets '{key}', which {VALUE_SETTINGS[key]}: kiln compiles the "
+                "program once per architecture, without weight values, and joins the weights "
+                "after, so a retrained model needs no new compile",
+                hint=f"remove '{key}' from inductor_configs",
+            )
+        if key == "aot_inductor.metadata" and (
+            not isinstance(value, dict) or any(str(k).startswith("kiln.") for k in value)
+        ):
+            raise ctx.error(
+                "inductor_configs 'aot_inductor.metadata' must be a dict of strings whose keys "
+                "do not start with 'kiln.' (kiln's provenance keys)"
+            )
 
 
 def _gpu_properties(ctx: RuleContext[AotiPackageAttrs]) -> dict[str, str]:
