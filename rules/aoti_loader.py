@@ -72,10 +72,17 @@ class LoaderSource:
     device: str  # "cpu" | "cuda"
     backend: str  # "inductor" | "tensorrt"
     package: str  # the package's path from the loader folder: "../resnet_pt2.pt2"
+    weights_form: str = "packaged"  # aoti_package(weights = ...): "packaged" | "separate"
 
 
 def declare_loader_library(
-    ctx: RuleContext[Any], *, package: File, model: TorchModelInfo, device: str, backend: str
+    ctx: RuleContext[Any],
+    *,
+    package: File,
+    model: TorchModelInfo,
+    device: str,
+    backend: str,
+    weights_form: str = "packaged",
 ) -> list[File]:
     """Declares <name>_loader/...: the rendered sources, each a FileWrite action.
 
@@ -87,7 +94,7 @@ def declare_loader_library(
     files = {f: ctx.declare_file(f"{name}_loader/{f}") for f in loader_files(name)}
     folder = posixpath.dirname(next(iter(files.values())).path)
     relative = posixpath.relpath(package.path, folder)
-    source = LoaderSource(name, ctx.label, model, device, backend, relative)
+    source = LoaderSource(name, ctx.label, model, device, backend, relative, weights_form)
     for filename, text in render_loader(source).items():
         ctx.actions.write(files[filename], text)
     return list(files.values())
@@ -186,6 +193,10 @@ def template_context(source: LoaderSource) -> dict[str, Any]:
         "backend": source.backend,
         "tensorrt": source.backend == "tensorrt",
         "package_file": posixpath.basename(source.package),
+        "weights_form": source.weights_form,
+        # The weights file aoti_package writes beside the package (rules/aoti_package.py).
+        "weights_file": weights_file_of(posixpath.basename(source.package)),
+        "weights_from_parent": weights_file_of(from_parent),
         "package_from_folder": source.package,
         "package_from_parent": from_parent,
         "model_label": model.label,
@@ -194,6 +205,11 @@ def template_context(source: LoaderSource) -> dict[str, Any]:
         "max_rank": max((len(spec.shape) for spec in signature.inputs), default=0),
         "shared_dims": shared,
     }
+
+
+def weights_file_of(package: str) -> str:
+    """The weights file beside a package: resnet_pt2.pt2 -> resnet_pt2.weights.safetensors."""
+    return package.removesuffix(".pt2") + ".weights.safetensors"
 
 
 def _example_error(inputs: list[dict[str, Any]]) -> str:

@@ -202,7 +202,12 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
         outputs.append(report)
 
     library = aoti_loader.declare_loader_library(
-        ctx, package=package, model=model, device=attrs.device, backend=attrs.backend
+        ctx,
+        package=package,
+        model=model,
+        device=attrs.device,
+        backend=attrs.backend,
+        weights_form=attrs.weights,
     )
     python_loader = aoti_loader.declare_python_loader(
         ctx, package=package, model=model, device=attrs.device, backend=attrs.backend
@@ -261,7 +266,7 @@ def _compile_and_join(
     """Export (structure + weights), compile the structure, join: (the .pt2, the weights)."""
     attrs, name = ctx.attrs, ctx.name
     structure = ctx.declare_file(f"{name}.structure.pt2")
-    weights = ctx.declare_file(f"{name}.weights.safetensors")
+    weights = ctx.declare_file(aoti_loader.weights_file_of(f"{name}.pt2"))
     export_spec = ctx.declare_file(f"{name}.export.json")
     ctx.actions.write_spec(
         export_spec,

@@ -166,6 +166,13 @@ def layout_of(
             blob = reader.read_bytes(blob_record)
     weights = weights_split.weights_of(structure)
     code = {k: v for k, v in structure.constants.items() if k not in weights}
+    inlined = sorted(used_weights(structure) - {row.fqn for row in rows})
+    if inlined:
+        raise ActionFailure(
+            f"AOTInductor compiled the value of {len(inlined)} weight(s) into the program's "
+            f"code ({', '.join(inlined[:5])}): small constants are inlined unless "
+            "always_keep_tensor_constants is set, so other weights could not be joined in"
+        )
     entries, offset = [], 0
     for row in rows:
         stored = blob[offset : offset + row.data_size]
@@ -184,6 +191,17 @@ def layout_of(
             "inductor_configs), so weights cannot be joined into it"
         )
     return layout
+
+
+def used_weights(program: torch.export.ExportedProgram) -> set[str]:
+    """The names of the parameters and buffers the program's graph reads."""
+    signature = program.graph_signature
+    by_input = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
+    return {
+        by_input[node.name]
+        for node in program.graph.nodes
+        if node.op == "placeholder" and node.name in by_input and node.users
+    }
 
 
 def _entry(
