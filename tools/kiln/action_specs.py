@@ -480,6 +480,10 @@ class ConstantEntry(Record):
     shape: Shape
     stride: Shape
     data_size: int  # the bytes it takes in the blob: its storage, padded as AOTInductor pads
+    # Other names of the same tensor (tied weights, e.g. an embedding and an output
+    # layer): AOTInductor keeps one constant for them, and a weights file must give
+    # them equal values.
+    aliases: tuple[str, ...]
 
 
 class ConstantLayout(Spec):

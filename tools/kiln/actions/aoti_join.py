@@ -37,7 +37,7 @@ _WRITER_RECORDS = ("archive_format", "archive_version", "byteorder")
 
 
 def main(spec: JoinSpec) -> None:
-    import torch  # noqa: F401 - safetensors.torch and the archive writer need it
+    import torch
     from safetensors.torch import load_file
     from torch.export.pt2_archive import PT2ArchiveReader, PT2ArchiveWriter
 
@@ -62,7 +62,14 @@ def main(spec: JoinSpec) -> None:
         )
     for entry in layout.weights():
         as_compiled(entry, weights[entry.fqn])  # the dtype and shape compiled for, or a failure
-    metadata = provenance(spec, layout, sorted(set(weights) - {e.fqn for e in layout.weights()}))
+        for alias in entry.aliases:
+            if alias in weights and not torch.equal(weights[alias], weights[entry.fqn]):
+                raise ActionFailure(
+                    f"weights '{alias}' and '{entry.fqn}' differ in {spec.weights}, but the "
+                    "program was compiled with them tied (one tensor)"
+                )
+    listed = {e.fqn for e in layout.weights()} | {a for e in layout.weights() for a in e.aliases}
+    metadata = provenance(spec, layout, sorted(set(weights) - listed))
 
     output = Path(spec.output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -112,6 +119,11 @@ def provenance(spec: JoinSpec, layout: ConstantLayout, unused: list[str]) -> dic
         # (strides as compiled; a loader copies a tensor of other strides into them).
         "kiln.weights": json.dumps(
             {e.fqn: [e.dtype, list(e.shape), list(e.stride)] for e in layout.weights()},
+            separators=(",", ":"),
+        ),
+        # Other names of a tied weight -> its name: a file may hold them, with equal values.
+        "kiln.weights_tied": json.dumps(
+            {alias: e.fqn for e in layout.weights() for alias in e.aliases},
             separators=(",", ":"),
         ),
         # Names of the weights file the program does not use (a loader skips them).

@@ -166,7 +166,8 @@ def layout_of(
             blob = reader.read_bytes(blob_record)
     weights = weights_split.weights_of(structure)
     code = {k: v for k, v in structure.constants.items() if k not in weights}
-    inlined = sorted(used_weights(structure) - {row.fqn for row in rows})
+    covered = {row.fqn for row in rows} | {a for row in rows for a in _aliases(row.fqn, weights)}
+    inlined = sorted(used_weights(structure) - covered)
     if inlined:
         raise ActionFailure(
             f"AOTInductor compiled the value of {len(inlined)} weight(s) into the program's "
@@ -242,6 +243,22 @@ def _entry(
         shape=tuple(tensor.shape),
         stride=tuple(tensor.stride()),
         data_size=row.data_size,
+        aliases=_aliases(row.fqn, weights) if kind == "weight" else (),
+    )
+
+
+def _aliases(fqn: str, weights: Mapping[str, torch.Tensor]) -> tuple[str, ...]:
+    """The other names of the weight `fqn` names (the split keeps tied weights tied)."""
+    tensor = weights.get(fqn)
+    if tensor is None:
+        return ()
+    same = (tensor.untyped_storage().data_ptr(), tensor.shape, tensor.stride())
+    return tuple(
+        name
+        for name, other in weights.items()
+        if name != fqn
+        and other.numel()
+        and (other.untyped_storage().data_ptr(), other.shape, other.stride()) == same
     )
 
 

@@ -29,9 +29,14 @@ def checked(metadata: dict[str, str], weights: dict[str, Any], source: str) -> d
         raise ActionFailure("the package lists no weights (kiln.weights): was it built by kiln?")
     expected: dict[str, list[Any]] = json.loads(metadata["kiln.weights"])
     unused = set(json.loads(metadata.get("kiln.weights_unused", "[]")))
+    tied: dict[str, str] = json.loads(metadata.get("kiln.weights_tied", "{}"))
     missing = [name for name in expected if name not in weights]
-    unknown = [name for name in weights if name not in expected and name not in unused]
-    problems = []
+    unknown = [n for n in weights if n not in expected and n not in unused and n not in tied]
+    problems = [
+        f"'{alias}' differs from '{name}', which the package holds as one tensor"
+        for alias, name in tied.items()
+        if alias in weights and name in weights and not torch.equal(weights[alias], weights[name])
+    ]
     if missing:
         problems.append(f"missing {len(missing)}: {', '.join(missing[:5])}")
     if unknown:

@@ -119,3 +119,33 @@ def save(weights: dict[str, torch.Tensor], path: Path) -> None:
         tensors[name] = value
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path))
+
+
+def restore(program: torch.export.ExportedProgram, weights: dict[str, torch.Tensor]) -> None:
+    """Puts `weights` (name -> value, e.g. read from the weights file) back into a structure
+    in place of its placeholders, on their device and in their strides (ties kept)."""
+    restored: dict[int, torch.Tensor] = {}
+    for name, placeholder in weights_of(program).items():
+        value = weights.get(name)
+        if value is None:
+            raise ActionFailure(f"the weights miss '{name}', a weight of the program")
+        if value.dtype != placeholder.dtype or value.shape != placeholder.shape:
+            raise ActionFailure(
+                f"weight '{name}' is {value.dtype} {list(value.shape)}; the program takes "
+                f"{placeholder.dtype} {list(placeholder.shape)}"
+            )
+        real = restored.get(id(placeholder))
+        if real is None:
+            real = torch.empty_strided(
+                placeholder.shape,
+                placeholder.stride(),
+                dtype=placeholder.dtype,
+                device=placeholder.device,
+            ).copy_(value)
+            if isinstance(placeholder, torch.nn.Parameter):
+                real = torch.nn.Parameter(real, requires_grad=placeholder.requires_grad)
+            restored[id(placeholder)] = real
+        if name in program.state_dict:
+            program.state_dict[name] = real
+        else:
+            program.constants[name] = real
