@@ -17,14 +17,20 @@ REPO = Path(__file__).resolve().parents[2]
 # session's kiln build of the repository's own workspace uses the default disk
 # cache, so a developer's warm cache makes it a cache hit; a cold one (CI) builds.
 SESSION_ENV = dict(os.environ)
-# The example packages the loader tests (C++ and Python) run.
-EXAMPLES = ("//models:mlp_pt2", "//models:resnet_pt2", "//models:tiny_lm_pt2")
+# The example packages the loader tests (C++ and Python) run; mlp_sep_pt2 is mlp_pt2
+# with weights = "separate" (its compile is mlp_pt2's: a cache hit).
+EXAMPLES = (
+    "//models:mlp_pt2",
+    "//models:mlp_sep_pt2",
+    "//models:resnet_pt2",
+    "//models:tiny_lm_pt2",
+)
 
 
 @pytest.fixture(scope="session")
 def repo_examples() -> Path:
     """kiln build of the repository's example packages with its own kiln, once a session
-    (the three side by side: about a minute cold); their folder, kiln-out/models."""
+    (side by side: about a minute cold); their folder, kiln-out/models."""
     run = subprocess.run(
         [sys.executable, "-m", "kiln", "--nohome_rc", "build", *EXAMPLES],
         cwd=REPO,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -75,3 +78,66 @@ class Workspace:
 
     def out(self, path: str) -> str:
         return (self.root / "kiln-out" / path).read_text()
+
+
+# -- model workspaces: kiln in a child process, with build events -----------------------------
+
+
+@dataclass
+class BuildResult:
+    code: int
+    err: str
+    events: list[dict[str, object]]
+
+    def actions(self, mnemonic: str) -> list[str]:
+        """Statuses of the actions with this mnemonic: executed, cached or failed."""
+        return [
+            str(e["status"])
+            for e in self.events
+            if e.get("type") == "action_finished" and e.get("mnemonic") == mnemonic
+        ]
+
+
+@dataclass
+class ModelWorkspace:
+    """A workspace of torch models, shared by the tests of a module (so is its disk cache):
+    each build is a child `kiln build` whose build events are read back."""
+
+    root: Path
+    env: dict[str, str]
+
+    def build(self, *args: str) -> BuildResult:
+        events = self.root.parent / "events.json"
+        done = subprocess.run(
+            [*KILN, "build", *args, f"--build_event_json_file={events}"],
+            cwd=self.root,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        lines = events.read_text().splitlines() if events.exists() else []
+        return BuildResult(done.returncode, done.stderr, [json.loads(line) for line in lines])
+
+    def python(self, script: str, *args: str) -> str:
+        """Runs a Python script in the workspace (a fresh process); returns its stdout."""
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(script), *args],
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+
+def model_workspace(root: Path, cache: Path, build: str, sources: list[Path]) -> ModelWorkspace:
+    """models/BUILD from `build`, and `sources` copied into models/."""
+    (root / "models").mkdir(parents=True)
+    (root / "WORKSPACE").write_text("")
+    (root / "models/BUILD").write_text(textwrap.dedent(build))
+    for source in sources:
+        shutil.copy(source, root / "models" / source.name)
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache), HOME=str(cache.parent))
+    return ModelWorkspace(root, env)

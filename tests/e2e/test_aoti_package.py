@@ -1,31 +1,30 @@
 """aoti_package end to end on the CPU: real torch.export and AOTInductor packaging.
 
 One workspace (the mlp model) and one disk cache are shared by the tests of
-this module, so packaging (tens of seconds) runs once per graph.
+this module, so the compile (tens of seconds) runs once per graph.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.harness import ModelWorkspace, model_workspace
+
 REPO = Path(__file__).resolve().parents[2]
-KILN = [sys.executable, "-m", "kiln"]
 
 MLP_BUILD = """
 torch_model(
     name = "mlp",
     src = "mlp.py",
     factory = "mlp:build",
+    weights = "mlp.safetensors",
     inputs = [{"name": "x", "shape": [8, 10], "dtype": "float32"}],
     dynamic_dims = [{"name": "batch", "min": 1, "max": 64, "axes": {"x": 0}}],
 )
@@ -34,47 +33,9 @@ aoti_package(name = "mlp_pt2", model = ":mlp")
 """
 
 
-@dataclass
-class Result:
-    code: int
-    err: str
-    events: list[dict[str, object]]
-
-    def actions(self, mnemonic: str) -> list[str]:
-        """Statuses of the actions with this mnemonic: executed, cached or failed."""
-        return [
-            str(e["status"])
-            for e in self.events
-            if e.get("type") == "action_finished" and e.get("mnemonic") == mnemonic
-        ]
-
-
-@dataclass
-class ModelWorkspace:
-    root: Path
-    env: dict[str, str]
-
-    def build(self, *args: str) -> Result:
-        events = self.root.parent / "events.json"
-        done = subprocess.run(
-            [*KILN, "build", *args, f"--build_event_json_file={events}"],
-            cwd=self.root,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        lines = events.read_text().splitlines() if events.exists() else []
-        return Result(done.returncode, done.stderr, [json.loads(line) for line in lines])
-
-
 def make_workspace(root: Path, cache: Path, build: str = MLP_BUILD) -> ModelWorkspace:
-    (root / "models").mkdir(parents=True)
-    (root / "WORKSPACE").write_text("")
-    (root / "models/BUILD").write_text(textwrap.dedent(build))
-    shutil.copy(REPO / "models/mlp.py", root / "models/mlp.py")
-    env = dict(os.environ, XDG_CACHE_HOME=str(cache), HOME=str(cache.parent))
-    return ModelWorkspace(root, env)
+    mlp = [REPO / "models/mlp.py", REPO / "models/mlp.safetensors"]
+    return model_workspace(root, cache, build, mlp)
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +70,9 @@ def test_package_loads_and_runs_in_a_fresh_python(mlp: ModelWorkspace) -> None:
         import sys, torch, torch._inductor
         sys.path.insert(0, "models")
         import mlp
-        torch.manual_seed(0)
+        from safetensors.torch import load_file
         model = mlp.build().eval()
+        model.load_state_dict(load_file("models/mlp.safetensors"))
         package = torch._inductor.aoti_load_package("kiln-out/models/mlp_pt2.pt2")
         x = torch.randn(5, 10)
         print(float((package(x) - model(x)).abs().max()))
@@ -144,14 +106,45 @@ def test_edit_that_keeps_the_graph_reruns_export_but_not_packaging(mlp: ModelWor
         run = mlp.build("//models:mlp_pt2", "--explain")
         assert run.code == 0, run.err
         assert run.actions("TorchExport") == ["executed"]
-        assert run.actions("AotiPackage") == ["cached"]
+        assert run.actions("AotiCompile") == ["cached"]
+        assert run.actions("AotiJoin") == ["cached"]
         assert run.actions("AotiValidate") == ["cached"]
         assert "EXPLAIN: TorchExport //models:mlp_pt2: input changed: models/mlp.py" in run.err
-        assert "EXPLAIN: AotiPackage" not in run.err
+        assert "EXPLAIN: AotiCompile" not in run.err
         assert "EXPLAIN: AotiValidate" not in run.err
         assert goldens.read_bytes() == before
     finally:
         source.write_text(original)
+
+
+def test_new_weights_rerun_export_join_and_validation_never_the_compile(
+    mlp: ModelWorkspace,
+) -> None:
+    """A retrained model (a new weights file) is joined to the program compiled before."""
+    weights = mlp.root / "models/mlp.safetensors"
+    original = weights.read_bytes()
+    retrain = (
+        "import sys, torch; sys.path.insert(0, 'models'); import mlp; "
+        "from safetensors.torch import save_file; torch.manual_seed(7); "
+        "save_file(mlp.build().state_dict(), 'models/mlp.safetensors')"
+    )
+    subprocess.run([sys.executable, "-c", retrain], cwd=mlp.root, check=True)
+    try:
+        run = mlp.build("//models:mlp_pt2", "--explain")
+        assert run.code == 0, run.err
+        for mnemonic in ("TorchExport", "AotiJoin", "AotiValidate"):
+            assert run.actions(mnemonic) == ["executed"], mnemonic
+        assert run.actions("AotiCompile") == ["cached"]
+        (export,) = [line for line in run.err.splitlines() if "EXPLAIN: TorchExport" in line]
+        assert "input changed: " in export and "models/mlp.safetensors" in export
+        assert (
+            "EXPLAIN: AotiJoin //models:mlp_pt2: input changed: "
+            "kiln-out/models/mlp_pt2.weights.safetensors"
+        ) in run.err
+        assert "EXPLAIN: AotiCompile" not in run.err
+        assert "validated: max abs error" in run.err
+    finally:
+        weights.write_bytes(original)
 
 
 def test_identical_inputs_give_a_byte_identical_package(
@@ -160,7 +153,7 @@ def test_identical_inputs_give_a_byte_identical_package(
     other = make_workspace(tmp_path / "elsewhere" / "ws", tmp_path / "fresh-cache")
     run = other.build("//models:mlp_pt2")
     assert run.code == 0, run.err
-    assert run.actions("AotiPackage") == ["executed"]  # really rebuilt, not shared
+    assert run.actions("AotiCompile") == ["executed"]  # really rebuilt, not shared
     mine = (mlp.root / "kiln-out/models/mlp_pt2.pt2").read_bytes()
     theirs = (other.root / "kiln-out/models/mlp_pt2.pt2").read_bytes()
     assert mine == theirs

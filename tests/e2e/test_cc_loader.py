@@ -5,11 +5,15 @@ workspace's own //models:mlp_pt2 with kiln, compile tests/cc/model_app.cpp
 against its loader (class MlpPt2) and the libtorch inside the torch wheel, once
 with plain g++ and once through the generated CMake package, run it on the
 package and compare its output with Python's torch._inductor.aoti_load_package.
-Each binary is compiled once per session (fixtures): about 5 s each on two cores.
+The weights tests swap other weights into the running model and load the
+separate-form //models:mlp_sep_pt2 (class MlpSepPt2) with its weights file, against
+eager torch. Each binary is compiled once per session (fixtures): about 5 s each on
+two cores.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -21,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from kiln.action_graph import File
-from kiln.action_specs import PackageSpec
+from kiln.action_specs import ExportSpec
 from kiln.rule_api import DynamicDim, TensorSpec
 from kiln.rules.aoti_loader import LoaderSource, class_name, declare_loader_library, render_loader
 from kiln.rules.aoti_package import RULE as AOTI_PACKAGE
@@ -34,6 +38,7 @@ from tests.model_fixtures import DETECTOR, model_info, rule_context
 REPO = Path(__file__).resolve().parents[2]
 APP_SOURCES = REPO / "tests" / "cc"
 TARGET = "//models:mlp_pt2"
+SEPARATE = "//models:mlp_sep_pt2"  # weights = "separate"
 BATCH = 4
 TOLERANCE = 1e-5
 
@@ -234,7 +239,7 @@ def test_rule_catalogue_does_not_import_jinja2() -> None:
 class Built:
     package: Path  # kiln-out/models/mlp_pt2.pt2
     loader: Path  # kiln-out/models/mlp_pt2_loader
-    spec: PackageSpec  # what the AotiPackage action was given (the model signature)
+    spec: ExportSpec  # what the TorchExport action was given (the model and its signature)
 
 
 def _run(
@@ -260,8 +265,9 @@ def _check(run: subprocess.CompletedProcess[str], what: str) -> None:
 
 @pytest.fixture(scope="session")
 def built(repo_examples: Path) -> Built:
-    """//models:mlp_pt2 of this repository, built with its own kiln once a session."""
-    spec = PackageSpec.read(repo_examples / "mlp_pt2.package.json")
+    """//models:mlp_pt2 (and mlp_sep_pt2) of this repository, built with its own kiln once
+    a session."""
+    spec = ExportSpec.read(repo_examples / "mlp_pt2.export.json")
     return Built(repo_examples / "mlp_pt2.pt2", repo_examples / "mlp_pt2_loader", spec)
 
 
@@ -273,13 +279,15 @@ def _compile(jobs: list[list[str]]) -> None:
         _check(run, " ".join(argv))
 
 
-def _gxx_app(loader: Path, out: Path) -> Path:
-    """model_app + the loader in `loader`, with plain g++."""
+def _gxx_app(loader: Path, out: Path, name: str = "mlp_pt2") -> Path:
+    """model_app + the loader in `loader` (of target `name`), with plain g++."""
     include = ["-I", str(loader)]
-    objects = [out / "mlp_pt2.o", out / "model_app.o"]
+    if name != "mlp_pt2":
+        include += [f'-DMODEL_HEADER="{name}.h"', f"-DMODEL_CLASS={class_name(name)}"]
+    objects = [out / f"{name}.o", out / "model_app.o"]
     _compile(
         [
-            [*GXX_COMPILE, *include, "-c", str(loader / "mlp_pt2.cpp"), "-o", str(objects[0])],
+            [*GXX_COMPILE, *include, "-c", str(loader / f"{name}.cpp"), "-o", str(objects[0])],
             [
                 *GXX_COMPILE,
                 *include,
@@ -330,8 +338,8 @@ def tensorrt_app(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Path
         "//models:mlp",
         "models/mlp.py",
         "mlp:build",
-        spec.signature.inputs,
-        spec.signature.dynamic_dims,
+        spec.model.signature.inputs,
+        spec.model.signature.dynamic_dims,
     )
     source = LoaderSource("mlp_pt2", TARGET, model, "cpu", "tensorrt", "../mlp_pt2.pt2")
     files = render_loader(source)
@@ -429,6 +437,169 @@ def test_generated_code_for_several_inputs_compiles(tmp_path: Path) -> None:
     _compile(
         [[*GXX_COMPILE, "-I", str(tmp_path), "-fsyntax-only", str(tmp_path / "detector_pt2.cpp")]]
     )
+
+
+# -- weights: swapped at run time, loaded at start, checked -----------------------------------
+
+EAGER = """
+import sys
+import torch
+from safetensors.torch import load_file
+
+sys.path.insert(0, "models")
+import mlp
+
+model = mlp.build().eval()
+model.load_state_dict(load_file(sys.argv[1]))
+batch = int(sys.argv[2])
+x = torch.arange(batch * 10, dtype=torch.float32).reshape(batch, 10).div(100)
+with torch.no_grad():
+    for value in model(x).double().flatten().tolist():
+        print(repr(value))
+"""
+
+RETRAIN = """
+import sys
+import torch
+from safetensors.torch import save_file
+
+sys.path.insert(0, "models")
+import mlp
+
+torch.manual_seed(11)
+state = {k: v.contiguous() for k, v in mlp.build().state_dict().items()}
+out = sys.argv[1]
+save_file(state, f"{out}/b.safetensors")
+save_file({k: v for k, v in state.items() if k != "net.2.bias"}, f"{out}/missing.safetensors")
+save_file({**state, "net.2.bias": torch.zeros(5)}, f"{out}/shape.safetensors")
+save_file({**state, "net.0.weight": state["net.0.weight"].double()}, f"{out}/dtype.safetensors")
+save_file({**state, "head.bias": torch.zeros(4)}, f"{out}/unknown.safetensors")
+with open(f"{out}/garbage.safetensors", "wb") as f:  # a header of 8 bytes that is no object
+    f.write((8).to_bytes(8, "little") + b"[1.5]   ")
+"""
+
+
+@dataclass(frozen=True)
+class Retrained:
+    folder: Path  # b.safetensors (other weights of the mlp) and files that do not fit
+    eager_a: list[float]  # eager with the package's own weights (models/mlp.safetensors)
+    eager_b: list[float]  # eager with b.safetensors
+
+    @property
+    def weights(self) -> Path:
+        return self.folder / "b.safetensors"
+
+
+@pytest.fixture(scope="session")
+def retrained(tmp_path_factory: pytest.TempPathFactory) -> Retrained:
+    folder = tmp_path_factory.mktemp("retrained")
+    _check(_run([sys.executable, "-c", RETRAIN, str(folder)], cwd=REPO), "writing weights")
+
+    def eager(weights: Path) -> list[float]:
+        run = _run([sys.executable, "-c", EAGER, str(weights), str(BATCH)], cwd=REPO)
+        _check(run, "the eager reference")
+        return [float(line) for line in run.stdout.split()]
+
+    return Retrained(
+        folder, eager(REPO / "models/mlp.safetensors"), eager(folder / "b.safetensors")
+    )
+
+
+@pytest.fixture(scope="session")
+def separate_app(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    _need("g++")
+    loader = built.loader.parent / "mlp_sep_pt2_loader"
+    return _gxx_app(loader, tmp_path_factory.mktemp("separate"), "mlp_sep_pt2")
+
+
+def _sections(stdout: str) -> dict[str, list[str]]:
+    """model_app's output split at its '# name' lines."""
+    sections: dict[str, list[str]] = {"": []}
+    current = ""
+    for line in stdout.splitlines():
+        if line.startswith("# "):
+            current, _, rest = line[2:].partition(" ")
+            sections[current] = rest.split() if rest else []
+        else:
+            sections[current].append(line)
+    return sections
+
+
+def test_weights_swap_in_a_running_model(gxx_app: Path, built: Built, retrained: Retrained) -> None:
+    """Another thread keeps running the model while it swaps to retrained weights: each of
+    its runs sees the old weights or the new, and the new ones compute what eager does."""
+    run = _run([str(gxx_app), str(built.package), str(BATCH), "--swap", str(retrained.weights)])
+    _check(run, "model_app --swap")
+    out = _sections(run.stdout)
+    _assert_close([float(v) for v in out["before"]], retrained.eager_a)
+    _assert_close([float(v) for v in out["after"]], retrained.eager_b)
+    runs, same = (int(n) for n in out["concurrent"])
+    assert runs >= 100  # 50 before the swap began, 50 after it ended
+    assert same == runs
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ("missing", "the weights do not fit the package: missing 1 of 4: 'net.2.bias'"),
+        (
+            "shape",
+            "the weights do not fit the package: 'net.2.bias' is float32 [5], expected float32 [4]",
+        ),
+        (
+            "dtype",
+            "the weights do not fit the package: 'net.0.weight' is float64 [64, 10], expected "
+            "float32 [64, 10]",
+        ),
+        ("unknown", "the weights do not fit the package: not weights of this package: 'head.bias'"),
+        (
+            "garbage",
+            "garbage.safetensors' is not valid JSON: a number that is not an integer at byte 2",
+        ),
+    ],
+)
+def test_weights_that_do_not_fit_are_refused(
+    weights: str, message: str, gxx_app: Path, built: Built, retrained: Retrained
+) -> None:
+    path = retrained.folder / f"{weights}.safetensors"
+    run = _run([str(gxx_app), str(built.package), str(BATCH), "--swap", str(path)])
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.startswith("model_app: MlpPt2: ")
+    assert message in run.stderr
+    assert "# after" not in run.stdout
+
+
+def test_separate_weights_are_loaded_at_start(
+    separate_app: Path, built: Built, retrained: Retrained
+) -> None:
+    """weights = "separate": the .pt2 holds the program alone; the loader reads the weights
+    file beside it, or the one it is given."""
+    package = built.package.parent / "mlp_sep_pt2.pt2"
+    _assert_close(_outputs(separate_app, package, str(BATCH)), retrained.eager_a)
+    weights = ("--weights", str(retrained.weights))
+    _assert_close(_outputs(separate_app, package, str(BATCH), *weights), retrained.eager_b)
+
+
+def test_the_loader_exposes_the_package_provenance(gxx_app: Path, built: Built) -> None:
+    run = _run([str(gxx_app), str(built.package), str(BATCH), "--metadata"])
+    _check(run, "model_app --metadata")
+    metadata = dict(
+        line[2:].split("=", 1) for line in run.stdout.splitlines() if line.startswith("# ")
+    )
+    out = built.package.parent
+
+    def sha256(name: str) -> str:
+        return hashlib.sha256((out / name).read_bytes()).hexdigest()
+
+    assert metadata["kiln.target"] == TARGET
+    assert metadata["kiln.model"] == "//models:mlp"
+    assert metadata["kiln.weights_form"] == "packaged"
+    assert metadata["kiln.weights_file"] == "mlp_pt2.weights.safetensors"
+    assert metadata["kiln.weights_sha256"] == sha256("mlp_pt2.weights.safetensors")
+    assert metadata["kiln.program_sha256"] == sha256("mlp_pt2.program.pt2")
+    assert len(metadata["kiln.compile_key"]) == len(metadata["kiln.join_key"]) == 64
+    assert "torch=2.13" in metadata["kiln.toolchain"]
+    assert metadata["AOTI_DEVICE_KEY"] == "cpu"  # AOTInductor's own keys stay
 
 
 # -- kiln's own code is part of what the loader is made from ---------------------------------
