@@ -19,9 +19,23 @@ of Torch-TensorRT. Outputs, for target `name`:
 Actions: FileWrite <name>.trt.json; TrtEngine (GPU: export, compile, save,
 write engines and manifest); FileWrite <name>.loader.json; TrtLoader (renders
 the loader from the manifest: binding names are known only once the engine is
-built). The spec holds every setting and the input ranges, and the platform
-properties hold the target platform, the toolchain versions and the build GPU
-(name, compute capability): all of it is in the action key.
+built).
+
+Refit (Linux, `refit = True`, the default, where the toolchain can refit): the
+engine is built once per architecture and weights are refit into it, so a
+retrained model rebuilds no engine:
+
+    TorchExport   model + weights -> <name>.structure.pt2 (placeholders) + weights file
+    TrtCompile    structure -> <name>.refittable.ep (immutable_weights = False)
+    TrtEngine     refittable program + weights -> refit_module_weights -> .ep, engines,
+                  manifest (which records how the weights got in: manifest.weights)
+
+Windows engines cannot be refit on Linux (TensorRT deserializes an engine only on
+the platform it targets): trt_windows_engine always builds with the weights.
+
+The spec holds every setting and the input ranges, and the platform properties
+hold the target platform, the toolchain versions and the build GPU (name, compute
+capability): all of it is in the action key.
 
 Preflight, at analysis: the rule reads the TENSORRT toolchain (the actions'
 interpreter probed once, rules/trt_toolchain.py) and fails the target, before any action runs,
@@ -40,6 +54,7 @@ from kiln.rule_api import (
     BuildGpu,
     DefaultInfo,
     DType,
+    ExportSpec,
     File,
     LabelAttr,
     Resources,
@@ -48,8 +63,10 @@ from kiln.rule_api import (
     RuleContext,
     ShapeRange,
     TargetPlatform,
+    TrtCompileSpec,
     TrtEngineSpec,
     TrtLoaderSpec,
+    TrtRefit,
 )
 from kiln.rules import trt_toolchain
 from kiln.rules.torch_model import TorchModelInfo
@@ -189,6 +206,12 @@ class TrtEngineAttrs(TrtEngineBaseAttrs):
     platform: TargetPlatform = Field(
         default="linux_x86_64", description="'linux_x86_64', or 'windows_x86_64' cross-compiled"
     )
+    refit: bool = Field(
+        default=True,
+        description="linux_x86_64: build a refittable engine from the model's structure once "
+        "and refit each weights change into it (where the toolchain can refit); False: "
+        "build with the weights, each change of them rebuilds",
+    )
 
     @property
     def target_platform(self) -> TargetPlatform:
@@ -325,11 +348,24 @@ def implementation(ctx: RuleContext[TrtEngineBaseAttrs]) -> list[object]:
         raise ctx.error(failed.message, hint=failed.hint)
     platform = platform_properties(found, target)
     packages = ["torch", *(d for d in (found.torch_tensorrt_dist, found.tensorrt_dist) if d)]
+    settings = compile_settings(attrs)
+    refit = target == "linux_x86_64" and getattr(attrs, "refit", False)
+    if refit and attrs.immutable_weights and "immutable_weights" in attrs.model_fields_set:
+        raise ctx.error(
+            "immutable_weights = True builds engines that cannot be refit",
+            hint="set refit = False to build the engine with the weights (each change of "
+            "them rebuilds it), or leave immutable_weights out",
+        )
 
     name = ctx.name
     program = ctx.declare_file(f"{name}.ep")
     manifest = ctx.declare_file(f"{name}.manifest.json")
     engines = ctx.declare_directory(f"{name}.engines")
+    refit_inputs = (
+        _refit_actions(ctx, model, ranges, settings, platform, packages)
+        if (refit and found.refit)
+        else None
+    )
     spec = ctx.declare_file(f"{name}.trt.json")
     ctx.actions.write_spec(
         spec,
@@ -340,22 +376,28 @@ def implementation(ctx: RuleContext[TrtEngineBaseAttrs]) -> list[object]:
             device="cuda",
             target_platform=target,
             ranges=ranges,
-            settings=compile_settings(attrs),
+            settings=settings,
             build_gpu=BuildGpu(
                 name=platform["gpu_name"], compute_capability=platform["compute_capability"]
             ),
             program=program.path,
             manifest=manifest.path,
             engines=engines.path,
+            refit=refit_inputs,
         ),
     )
+    if refit_inputs is not None:
+        inputs = [File(refit_inputs.compiled), File(refit_inputs.structure)]
+        inputs.append(File(refit_inputs.weights))
+    else:
+        inputs = model.files
     ctx.actions.run_python(
         mnemonic="TrtEngine",
         module="trt_engine",
         spec=spec,
-        inputs=model.files,
+        inputs=inputs,
         outputs=[program, manifest, engines],
-        packages=packages,
+        packages=[*packages, *(["safetensors"] if refit_inputs else [])],
         python_env=model.python_env,
         platform=platform,
         resources=Resources(cpu=1, gpu=1, memory_mb=attrs.memory_mb),
@@ -385,6 +427,70 @@ def implementation(ctx: RuleContext[TrtEngineBaseAttrs]) -> list[object]:
     )
     info = TrtEngineInfo(ctx.label, target, program, manifest, engines, loader)
     return [DefaultInfo((program, manifest, engines, loader)), info]
+
+
+def _refit_actions(
+    ctx: RuleContext[TrtEngineBaseAttrs],
+    model: TorchModelInfo,
+    ranges: tuple[ShapeRange, ...],
+    settings: dict[str, Any],
+    platform: dict[str, str],
+    packages: list[str],
+) -> TrtRefit:
+    """TorchExport (structure + weights) and TrtCompile (the refittable program): what
+    TrtEngine refits the weights into."""
+    name = ctx.name
+    structure = ctx.declare_file(f"{name}.structure.pt2")
+    weights = ctx.declare_file(f"{name}.weights.safetensors")
+    export_spec = ctx.declare_file(f"{name}.export.json")
+    ctx.actions.write_spec(
+        export_spec,
+        ExportSpec(
+            model=model.spec,
+            device="cuda",
+            output=structure.path,
+            goldens=None,  # trt_engine has no validation action to read them
+            weights=weights.path,
+        ),
+    )
+    ctx.actions.run_python(
+        mnemonic="TorchExport",
+        module="torch_export",
+        spec=export_spec,
+        inputs=model.files,
+        outputs=[structure, weights],
+        packages=("torch", "safetensors"),
+        python_env=model.python_env,
+        platform={"device": "cuda"},
+        resources=Resources(cpu=1, gpu=1, memory_mb=2000),
+    )
+    compiled = ctx.declare_file(f"{name}.refittable.ep")
+    compile_spec = ctx.declare_file(f"{name}.compile.json")
+    ctx.actions.write_spec(
+        compile_spec,
+        TrtCompileSpec(
+            label=ctx.label,
+            structure=structure.path,
+            device="cuda",
+            signature=model.signature,
+            ranges=ranges,
+            settings={**settings, "immutable_weights": False},
+            output=compiled.path,
+        ),
+    )
+    ctx.actions.run_python(
+        mnemonic="TrtCompile",
+        module="trt_compile",
+        spec=compile_spec,
+        inputs=[structure],
+        outputs=[compiled],
+        packages=packages,
+        python_env=model.python_env,
+        platform=platform,
+        resources=Resources(cpu=1, gpu=1, memory_mb=ctx.attrs.memory_mb),
+        progress_message=f"TrtCompile {ctx.label} (refittable, from the structure)",
+    )
+    return TrtRefit(compiled=compiled.path, structure=structure.path, weights=weights.path)
 
 
 RULE = Rule(

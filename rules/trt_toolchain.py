@@ -8,8 +8,9 @@ environment the actions get, imports torch and torch_tensorrt and prints one
 JSON line: torch and CUDA versions, the GPUs torch sees (name, compute
 capability), the torch_tensorrt version and flavour (standard TensorRT, or
 TensorRT-RTX: distribution torch-tensorrt-rtx, whose `tensorrt` is
-tensorrt_rtx), the TensorRT version, and
-`torch_tensorrt.ENABLED_FEATURES.windows_cross_compile`.
+tensorrt_rtx), the TensorRT version,
+`torch_tensorrt.ENABLED_FEATURES.windows_cross_compile`, and whether it can refit
+engines (ENABLED_FEATURES.refit and torch_tensorrt.dynamo.refit_module_weights).
 
 That costs seconds (torch plus torch_tensorrt), so the result is cached in
 kiln's cache home (`$XDG_CACHE_HOME/kiln/probes/`), keyed by the interpreter,
@@ -85,6 +86,9 @@ if "torch" in out:
         rtx = bool(getattr(features, "tensorrt_rtx", False))
         out["flavour"] = "rtx" if rtx else "standard"
         out["windows_cross_compile"] = bool(getattr(features, "windows_cross_compile", False))
+        dynamo = getattr(torch_tensorrt, "dynamo", None)
+        out["refit"] = bool(getattr(features, "refit", False)) and \
+            getattr(dynamo, "refit_module_weights", None) is not None
         import tensorrt
         out["tensorrt"] = str(tensorrt.__version__)
         out["tensorrt_dist"] = dist_of("tensorrt_rtx_libs" if rtx else "tensorrt_libs") or \
@@ -113,6 +117,7 @@ class Probe:
     tensorrt: str | None = None
     tensorrt_dist: str | None = None
     windows_cross_compile: bool = False
+    refit: bool = False  # refit_module_weights is there and ENABLED_FEATURES.refit is set
     torch_error: str | None = None
     torch_tensorrt_error: str | None = None
     probe_error: str | None = None  # the probe itself failed (crash, timeout)
@@ -301,6 +306,7 @@ def describe(found: Probe) -> list[tuple[str, str]]:
         ("torch_tensorrt", trt_line),
         ("tensorrt", found.tensorrt or "-"),
         ("windows_cross_compile", "yes" if found.windows_cross_compile else "no"),
+        ("refit", "yes" if found.refit else "no"),
         ("gpus", gpus),
     ]
 

@@ -81,6 +81,7 @@ GPU_PROBE = {
     "tensorrt": "11.0.0.12",
     "tensorrt_dist": "tensorrt_cu13_libs",
     "windows_cross_compile": True,
+    "refit": True,
 }
 
 
@@ -110,8 +111,9 @@ def test_every_spec_of_every_rule_reads_back_as_its_record(
         assert record.to_json() == text
         kinds[kind] = kinds.get(kind, 0) + 1
     assert kinds == {
-        "ExportSpec": 2,
+        "ExportSpec": 3,
         "CompileSpec": 2,
+        "TrtCompileSpec": 1,
         "JoinSpec": 2,
         "ValidateSpec": 1,
         "WeightsSpec": 1,
@@ -131,6 +133,7 @@ def test_a_python_action_reads_the_spec_it_is_given(
         "kiln.actions.validate": "ValidateSpec",
         "kiln.actions.init_weights": "WeightsSpec",
         "kiln.actions.trt_engine": "TrtEngineSpec",
+        "kiln.actions.trt_compile": "TrtCompileSpec",
         "kiln.actions.render_trt_loader": "TrtLoaderSpec",
     }
     actions = _analyze(make_workspace, tmp_path, monkeypatch)

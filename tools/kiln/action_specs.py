@@ -552,8 +552,38 @@ class BuildGpu(Record):
     compute_capability: str  # "9.0"
 
 
+class TrtRefit(Record):
+    """TrtEngine's inputs when it refits instead of building: the refittable program
+    TrtCompile built from the structure, and the weights to put into it."""
+
+    compiled: str  # <name>.refittable.ep
+    structure: str  # <name>.structure.pt2 (placeholders for weights)
+    weights: str  # <name>.weights.safetensors
+
+
+class TrtCompileSpec(Spec):
+    """TrtCompile: a program's structure into a refittable Torch-TensorRT program (Linux).
+
+    Its inputs hold no weight values (TorchExport's split), so it is built once per
+    architecture; TrtEngine refits each weights change into it.
+    """
+
+    label: str
+    structure: str
+    device: Device
+    signature: ModelSignature  # the example inputs and dynamic dims the program is saved with
+    ranges: tuple[ShapeRange, ...]
+    settings: dict[str, JsonValue]  # torch_tensorrt.dynamo.compile's, immutable_weights False
+    output: str
+
+
 class TrtEngineSpec(Spec):
-    """TrtEngine: export, compile (or cross-compile for Windows), save, write the engines."""
+    """TrtEngine: export, compile (or cross-compile for Windows), save, write the engines.
+
+    With `refit` set it neither exports nor compiles: it refits TrtCompile's program
+    with the weights (or, where this Torch-TensorRT cannot refit, compiles the program
+    with its weights put back), then saves and writes the engines as before.
+    """
 
     label: str
     name: str
@@ -567,6 +597,7 @@ class TrtEngineSpec(Spec):
     program: str
     manifest: str
     engines: str
+    refit: TrtRefit | None
 
 
 class TrtLoaderSpec(Spec):
@@ -618,6 +649,14 @@ class Compatibility(Record):
     tensorrt: str
 
 
+class TrtWeights(Record):
+    """How the engines got their weights."""
+
+    refit: bool  # refit into a program built from the structure (no engine build)
+    how: str  # what ran, in words
+    weights_sha256: str | None  # the weights file refit in (None: the model's own)
+
+
 class TrtToolchain(Record):
     """What the TrtEngine action found in its own process."""
 
@@ -650,3 +689,4 @@ class TrtManifest(Spec):
     settings_not_accepted: tuple[str, ...]
     forced_off: dict[str, bool]
     timing_cache: str
+    weights: TrtWeights

@@ -218,7 +218,7 @@ def test_contract_with_standin_linux_compile_keeps_engine_caching_off(
     _, manifest = run_engine_action(
         monkeypatch,
         standin,
-        {"name": "tiny_trt", "platform": "linux_x86_64", "optimization_level": 3},
+        {"name": "tiny_trt", "platform": "linux_x86_64", "optimization_level": 3, "refit": False},
         windows_rule=False,
     )
     assert standin.names() == ["Input", "compile", "save"]
@@ -246,7 +246,7 @@ def test_contract_with_standin_linux_save_failure_fails_the_action(
         run_engine_action(
             monkeypatch,
             standin,
-            {"name": "tiny_trt", "platform": "linux_x86_64"},
+            {"name": "tiny_trt", "platform": "linux_x86_64", "refit": False},
             windows_rule=False,
         )
     assert "save_cross_compiled_exported_program" not in standin.names()

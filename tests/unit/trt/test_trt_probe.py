@@ -173,6 +173,7 @@ def test_describe_lists_what_was_found() -> None:
         ("torch_tensorrt", "2.11.0 (TensorRT-RTX; distribution torch_tensorrt_rtx)"),
         ("tensorrt", "1.4.0.76"),
         ("windows_cross_compile", "no"),
+        ("refit", "yes"),
         ("gpus", "0: NVIDIA H200 (compute capability 9.0, 143771 MB)"),
     ]
 
@@ -192,6 +193,7 @@ def test_info_toolchains_prints_the_probe_and_what_can_build(
         "torch_tensorrt: 2.11.0 (TensorRT-RTX; distribution torch_tensorrt_rtx)\n"
         "tensorrt: 1.4.0.76\n"
         "windows_cross_compile: no\n"
+        "refit: yes\n"
         "gpus: 0: NVIDIA H200 (compute capability 9.0, 143771 MB)\n"
         "trt_engine linux_x86_64: can build\n"
         "trt_engine windows_x86_64: cannot build: "

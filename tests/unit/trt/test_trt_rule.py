@@ -38,9 +38,9 @@ def _key(actions: list[Action]) -> str:
     digests = {}
     for file in engine.inputs:
         (writer,) = [a for a in actions if file in a.outputs] or [None]
-        content = writer.content if writer is not None else file.path.encode()
-        assert content is not None
-        digests[file.path] = digest_bytes(content, "sha256")
+        # A spec's content; an action's output (unknown at analysis) stands by its path
+        content = writer.content if writer is not None else None
+        digests[file.path] = digest_bytes(content or file.path.encode(), "sha256")
     return compute_key(engine, digests, "sha256").key
 
 

@@ -38,6 +38,7 @@ GPU_STANDARD = Probe(
     tensorrt="11.0.0.12",
     tensorrt_dist="tensorrt_cu13_libs",
     windows_cross_compile=True,
+    refit=True,
 )
 # The GPU machine of this workplace: torch 2.11 with the TensorRT-RTX flavour.
 GPU_RTX = Probe(
@@ -54,6 +55,7 @@ GPU_RTX = Probe(
     tensorrt="1.4.0.76",
     tensorrt_dist="tensorrt_rtx_cu13_libs",
     windows_cross_compile=False,
+    refit=True,  # torch_tensorrt 2.11 sets ENABLED_FEATURES.refit for both flavours (read)
 )
 # This machine, CI's and the developers': CPU-only torch, no torch_tensorrt.
 CPU_ONLY = Probe(

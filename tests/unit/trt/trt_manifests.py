@@ -84,6 +84,11 @@ _RESNET_WIN: dict[str, Any] = {
         "reuse_cached_engines": False,
     },
     "timing_cache": "private to the action (under its TMPDIR)",
+    "weights": {
+        "refit": False,
+        "how": "built with the model's weights: a change of weights rebuilds the engine",
+        "weights_sha256": None,
+    },
 }
 
 _DETECTOR_LINUX_RTX: dict[str, Any] = {

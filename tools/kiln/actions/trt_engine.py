@@ -45,6 +45,7 @@ from kiln.action_specs import (
     TrtEngineSpec,
     TrtManifest,
     TrtToolchain,
+    TrtWeights,
 )
 from kiln.actions import spec as action_spec
 from kiln.actions.spec import ActionFailure
@@ -68,16 +69,9 @@ SHAPE_METHODS = frozenset({"size", "dim", "numel", "stride"})  # not ops left to
 def main(spec: TrtEngineSpec) -> None:
     import torch
 
-    try:
-        import torch_tensorrt
-    except Exception as error:  # ImportError, or TensorRT's libraries failing to load
-        raise ActionFailure(
-            f"torch_tensorrt is not importable in the action's interpreter ({sys.executable}): "
-            f"{_brief(error)}"
-        ) from error
+    torch_tensorrt = import_torch_tensorrt()
 
-    from kiln.actions.model_loading import DTYPES, dynamic_shapes, example_inputs
-    from kiln.actions.torch_export import export_model
+    from kiln.actions.model_loading import dynamic_shapes, example_inputs
 
     windows = spec.target_platform == "windows_x86_64"
     flavour = _flavour(torch_tensorrt)
@@ -89,39 +83,34 @@ def main(spec: TrtEngineSpec) -> None:
             "TensorRT on Linux x86-64 (the TensorRT-RTX flavour cannot)"
         )
 
-    _, program = export_model(spec.model, torch.device(spec.device))
-    # Read before compiling: Torch-TensorRT lowers the program it is given.
-    io = program_io(program, spec.ranges)
-    inputs = [
-        torch_tensorrt.Input(
-            min_shape=list(r.min),
-            opt_shape=list(r.opt),
-            max_shape=list(r.max),
-            dtype=DTYPES[r.dtype],
+    device = torch.device(spec.device)
+    signature = spec.model.signature
+    examples = [t.to(device) for t in example_inputs(signature.inputs)]
+    if spec.refit is not None:
+        from kiln.actions import trt_refit
+
+        program, trt_gm, passed, dropped, weights = trt_refit.refitted(
+            torch_tensorrt, spec, spec.refit, examples
         )
-        for r in spec.ranges
-    ]
-    scratch = Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / "kiln-trt"
-    scratch.mkdir(parents=True, exist_ok=True)
-    wanted = {k: v for k, v in spec.settings.items() if k not in FORCED_OFF}
-    wanted["timing_cache_path"] = str(scratch / "timing.cache")
-    if windows:
-        api, compile_fn = CROSS_COMPILE, torch_tensorrt.dynamo.cross_compile_for_windows
+        io = program_io(program, spec.ranges)
     else:
-        api, compile_fn = COMPILE, torch_tensorrt.dynamo.compile
-        wanted.update(LINUX_OFF)
-    passed, dropped = accepted_settings(compile_fn, wanted)
-    try:
-        trt_gm = compile_fn(program, arg_inputs=inputs, **passed)
-    except Exception as error:
-        raise ActionFailure(f"{api} failed: {_brief(error)}") from error
+        from kiln.actions.torch_export import export_model
+
+        _, program = export_model(spec.model, device)
+        # Read before compiling: Torch-TensorRT lowers the program it is given.
+        io = program_io(program, spec.ranges)
+        trt_gm, passed, dropped = compile_program(
+            torch_tensorrt, program, spec.ranges, spec.settings, windows=windows
+        )
+        weights = TrtWeights(
+            refit=False,
+            how="built with the model's weights: a change of weights rebuilds the engine",
+            weights_sha256=None,
+        )
 
     # The engines first: saving may re-export the module it is given.
     engines = find_engines(trt_gm)
     files = write_engines(engines, Path(spec.engines), spec.name)
-    device = torch.device(spec.device)
-    signature = spec.model.signature
-    examples = [t.to(device) for t in example_inputs(signature.inputs)]
     # Without them the save re-exports at the example's shapes (seen on the GPU
     # machine: the .ep then rejected any other batch with "Guard failed").
     shapes = dynamic_shapes(signature)
@@ -136,7 +125,7 @@ def main(spec: TrtEngineSpec) -> None:
         engines=engines,
         engine_files=files,
         saved=saved,
-        settings={k: v for k, v in passed.items() if k != "timing_cache_path"},
+        settings=passed,
         dropped=dropped,
         toolchain=TrtToolchain(
             torch=torch.__version__,
@@ -147,10 +136,59 @@ def main(spec: TrtEngineSpec) -> None:
             torch_tensorrt_abi=_abi_version(torch),
         ),
         build_gpu=_build_gpu(torch, spec),
+        weights=weights,
     )
     path = Path(spec.manifest)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(manifest.to_json())
+
+
+def import_torch_tensorrt() -> Any:
+    try:
+        import torch_tensorrt
+    except Exception as error:  # ImportError, or TensorRT's libraries failing to load
+        raise ActionFailure(
+            f"torch_tensorrt is not importable in the action's interpreter ({sys.executable}): "
+            f"{_brief(error)}"
+        ) from error
+    return torch_tensorrt
+
+
+def compile_program(
+    torch_tensorrt: Any,
+    program: Any,
+    ranges: tuple[ShapeRange, ...],
+    settings: dict[str, Any],
+    *,
+    windows: bool,
+) -> tuple[Any, dict[str, Any], list[str]]:
+    """(the compiled module, the settings passed, those the installed version lacks)."""
+    from kiln.actions.model_loading import DTYPES
+
+    inputs = [
+        torch_tensorrt.Input(
+            min_shape=list(r.min),
+            opt_shape=list(r.opt),
+            max_shape=list(r.max),
+            dtype=DTYPES[r.dtype],
+        )
+        for r in ranges
+    ]
+    scratch = Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / "kiln-trt"
+    scratch.mkdir(parents=True, exist_ok=True)
+    wanted = {k: v for k, v in settings.items() if k not in FORCED_OFF}
+    wanted["timing_cache_path"] = str(scratch / "timing.cache")
+    if windows:
+        api, compile_fn = CROSS_COMPILE, torch_tensorrt.dynamo.cross_compile_for_windows
+    else:
+        api, compile_fn = COMPILE, torch_tensorrt.dynamo.compile
+        wanted.update(LINUX_OFF)
+    passed, dropped = accepted_settings(compile_fn, wanted)
+    try:
+        trt_gm = compile_fn(program, arg_inputs=inputs, **passed)
+    except Exception as error:
+        raise ActionFailure(f"{api} failed: {_brief(error)}") from error
+    return trt_gm, {k: v for k, v in passed.items() if k != "timing_cache_path"}, dropped
 
 
 def accepted_settings(fn: Any, wanted: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -413,6 +451,7 @@ def build_manifest(
     dropped: list[str],
     toolchain: TrtToolchain,
     build_gpu: BuildGpu,
+    weights: TrtWeights,
 ) -> TrtManifest:
     """What a deployment needs to know about the engines, as one record.
 
@@ -476,6 +515,7 @@ def build_manifest(
         settings_not_accepted=tuple(dropped),
         forced_off=dict(FORCED_OFF) if windows else {},
         timing_cache="private to the action (under its TMPDIR)",
+        weights=weights,
     )
 
 

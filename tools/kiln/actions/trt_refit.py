@@ -1,0 +1,87 @@
+"""TrtEngine's refit: the weights into the refittable program TrtCompile built.
+
+    compiled = torch_tensorrt.load("<name>.refittable.ep")
+    program  = the structure with the weights put back (kiln.actions.weights_split)
+    trt_gm   = torch_tensorrt.dynamo.refit_module_weights(compiled, program,
+                                                          arg_inputs=..., verify_output=True)
+
+No engine is built: TensorRT copies the new values into the engines (Torch-TensorRT's
+weight map finds them by name), and verify_output compares the refit module with the
+program on the example inputs. Where this Torch-TensorRT cannot refit
+(ENABLED_FEATURES.refit False, no refit_module_weights, or NotImplementedError from
+it), the program with its weights is compiled as a build without refit would, and
+the manifest says so (TrtWeights).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from kiln.action_specs import TrtEngineSpec, TrtRefit, TrtWeights
+from kiln.actions.spec import ActionFailure
+
+REFIT = "torch_tensorrt.dynamo.refit_module_weights"
+
+
+def unavailable(torch_tensorrt: Any) -> str | None:
+    """Why this Torch-TensorRT cannot refit, or None if it can."""
+    version = getattr(torch_tensorrt, "__version__", "?")
+    if not getattr(torch_tensorrt.ENABLED_FEATURES, "refit", False):
+        return f"torch_tensorrt {version} has ENABLED_FEATURES.refit False"
+    if getattr(torch_tensorrt.dynamo, "refit_module_weights", None) is None:
+        return f"torch_tensorrt {version} has no {REFIT}"
+    return None
+
+
+def refitted(
+    torch_tensorrt: Any, spec: TrtEngineSpec, refit: TrtRefit, examples: list[Any]
+) -> tuple[Any, Any, dict[str, Any], list[str], TrtWeights]:
+    """(the program with its weights, the compiled module holding them, the compile settings
+    in effect, those the installed version lacks, how the weights got in)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from kiln.actions import weights_split
+    from kiln.actions.trt_compile import REFITTABLE
+    from kiln.actions.trt_engine import COMPILE, _brief, accepted_settings, compile_program
+
+    program = torch.export.load(refit.structure)
+    weights_split.restore(program, load_file(refit.weights))
+    digest = hashlib.sha256(Path(refit.weights).read_bytes()).hexdigest()
+    settings = {**spec.settings, **REFITTABLE}
+    why_not = unavailable(torch_tensorrt)
+    if why_not is None:
+        refit_fn = torch_tensorrt.dynamo.refit_module_weights
+        wanted = {
+            "arg_inputs": tuple(examples),
+            "verify_output": True,
+            "in_place": False,
+            "use_weight_map_cache": True,  # 2.11 and 2.12 name it; 2.13 always does
+        }
+        kwargs, _ = accepted_settings(refit_fn, wanted)
+        try:
+            trt_gm = refit_fn(torch_tensorrt.load(refit.compiled), program, **kwargs)
+        except NotImplementedError as error:  # what @needs_refit raises
+            why_not = f"{REFIT} raised {_brief(error)}"
+        except Exception as error:
+            raise ActionFailure(f"{REFIT} failed: {_brief(error)}") from error
+        else:
+            passed, dropped = accepted_settings(torch_tensorrt.dynamo.compile, settings)
+            how = (
+                f"refit with {REFIT} into the program TrtCompile built from the model's "
+                f"structure ({COMPILE}, immutable_weights False): no engine build"
+            )
+            return (
+                program,
+                trt_gm,
+                passed,
+                dropped,
+                TrtWeights(refit=True, how=how, weights_sha256=digest),
+            )
+    trt_gm, passed, dropped = compile_program(
+        torch_tensorrt, program, spec.ranges, settings, windows=False
+    )
+    how = f"built with the weights, since {why_not}: a change of weights rebuilds the engine"
+    return program, trt_gm, passed, dropped, TrtWeights(refit=False, how=how, weights_sha256=digest)
