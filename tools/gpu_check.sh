@@ -26,6 +26,13 @@
 #   pytest      tests/unit/trt (its real-header syntax test runs if TENSORRT_INCLUDE_DIR is set)
 #   windows     kiln build //models:mlp_win must stop at preflight on TensorRT-RTX, which
 #               cannot cross-compile for Windows
+#   refit       the refit split (tools/gpu_check_refit.py), in a workspace of its own under
+#               $OUT/refit-ws: build //models:mlp_trt (TorchExport, TrtCompile, TrtEngine run),
+#               compare its .ep with eager, retrain the mlp (new weights file), build again
+#               (TrtCompile must be cached, TrtEngine runs), compare again; refit.json says
+#               whether the engines were refit (manifest.weights.refit) or, where this
+#               Torch-TensorRT cannot refit, built with the weights, and why. Needs the same
+#               as build, plus safetensors
 #
 # Python that loads .pt2 packages segfaults on that image unless the system libstdc++ is
 # preloaded (shared/notes/torch-facts.md): LD_PRELOAD is set to it when the file exists
@@ -212,6 +219,22 @@ windows_preflight() {
     && ! grep -q Traceback "$out/windows.stderr"
 }
 
+refit_split() {
+  local ws=$out/refit-ws helper=$repo/tools/gpu_check_refit.py
+  rm -rf "$ws"
+  timeout 60 "$py" "$helper" workspace "$ws" || return 1
+  (cd "$ws" && kiln build --verbose_failures //models:mlp_trt \
+    --build_event_json_file="$out/refit-first.events.json") || return 1
+  timeout 120 "$py" "$helper" events "$ws" "$out/refit-first.events.json" FIRST || return 1
+  timeout 300 "$py" "$helper" check "$ws" "$out/refit-first.json" || return 1
+  timeout 120 "$py" "$helper" retrain "$ws" 7 || return 1
+  (cd "$ws" && kiln build --verbose_failures --explain //models:mlp_trt \
+    --build_event_json_file="$out/refit-second.events.json") || return 1
+  timeout 120 "$py" "$helper" events "$ws" "$out/refit-second.events.json" SECOND || return 1
+  timeout 300 "$py" "$helper" check "$ws" "$out/refit.json" || return 1
+  cp "$ws/kiln-out/models/mlp_trt.manifest.json" "$out/refit-manifest.json"
+}
+
 step env env_facts
 step site make_site
 step toolchains kiln info toolchains
@@ -222,6 +245,7 @@ step example timeout 300 "$py" "kiln-out/models/${name}_loader/load_$name.py"
 step cxx cxx
 step pytest run_pytest
 step windows windows_preflight
+step refit refit_split
 echo "---"
 cat "$out/summary.txt"
 exit $failed

@@ -2,9 +2,9 @@
 
 StandIn builds module objects named `torch_tensorrt`, `torch_tensorrt.dynamo` and
 `tensorrt` whose entry points (Input, dynamo.compile,
-dynamo.cross_compile_for_windows, save, dynamo.save_cross_compiled_exported_program)
-record every call, with its arguments, in `calls`, and behave the way
-Torch-TensorRT's sources say the real ones do (v2.11-v2.13, read, not run):
+dynamo.cross_compile_for_windows, save, load, dynamo.save_cross_compiled_exported_program,
+dynamo.refit_module_weights) record every call, with its arguments, in `calls`, and
+behave the way Torch-TensorRT's sources say the real ones do (v2.11-v2.13, read, not run):
 
 - the compile functions return a torch.fx.GraphModule whose TensorRT submodules
   are `_run_on_acc_N` children carrying `serialized_engine` bytes and
@@ -14,7 +14,12 @@ Torch-TensorRT's sources say the real ones do (v2.11-v2.13, read, not run):
   (pytorch/TensorRT#3100) unless told otherwise;
 - the signatures name the real parameters, so kiln's filtering by
   inspect.signature sees what it would see there (`missing` removes some, as a
-  version without them would).
+  version without them would);
+- `load` gives back (as an ExportedProgram stands, with .module()) what `save` saved
+  at that path; `refit_module_weights(compiled_module, new_weight_module, arg_inputs,
+  kwarg_inputs, verify_output, in_place)` (2.13's parameters) returns a new module whose
+  engines hold bytes derived from the new program's weights (refit_engine_bytes), and
+  raises NotImplementedError where ENABLED_FEATURES.refit is False (@needs_refit).
 
 What this checks is the contract kiln relies on, not TensorRT: the real library
 runs only on the GPU machine (tools/gpu_check.sh).
@@ -33,7 +38,7 @@ from typing import Any
 import pytest
 import torch
 
-FeatureSet = namedtuple("FeatureSet", ["windows_cross_compile", "tensorrt_rtx"])
+FeatureSet = namedtuple("FeatureSet", ["windows_cross_compile", "tensorrt_rtx", "refit"])
 
 NOT_SET_UP = "Engine has not been setup yet"
 
@@ -100,6 +105,22 @@ def engine_bytes(index: int) -> bytes:
     return b"\x00standin-engine-" + str(index).encode() + b"\xff\xfe"
 
 
+def refit_engine_bytes(index: int, program: Any) -> bytes:
+    """What the stand-in's refit puts into engine `index`: bytes of the program's weights."""
+    total = sum(float(t.double().sum()) for t in program.state_dict.values())
+    return engine_bytes(index) + f"refit:{total:.6f}".encode()
+
+
+class StandInProgram:
+    """What torch_tensorrt.load returns for an .ep: an ExportedProgram's .module()."""
+
+    def __init__(self, module: torch.fx.GraphModule) -> None:
+        self._module = module
+
+    def module(self) -> torch.fx.GraphModule:
+        return self._module
+
+
 # The parameters the real compile functions name (2.11), less the inputs.
 _SETTINGS = (
     "device",
@@ -132,7 +153,9 @@ class StandIn:
     fallback_op: bool = False  # leave aten.relu outside the engines
     missing: tuple[str, ...] = ()  # parameters this "version" lacks
     tensorrt_version: str = "11.0.0.12"
+    refit: bool = True  # ENABLED_FEATURES.refit
     calls: list[Call] = field(default_factory=list)
+    saved: dict[str, Any] = field(default_factory=dict)  # path -> the module saved there
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         package, dynamo, tensorrt = self._modules()
@@ -155,7 +178,7 @@ class StandIn:
         )
         tensorrt.__version__ = self.tensorrt_version  # type: ignore[attr-defined]
         package.__version__ = "2.13.0"  # type: ignore[attr-defined]
-        package.ENABLED_FEATURES = FeatureSet(self.windows_cross_compile, self.rtx)  # type: ignore[attr-defined]
+        package.ENABLED_FEATURES = FeatureSet(self.windows_cross_compile, self.rtx, self.refit)  # type: ignore[attr-defined]
         standin = self
 
         def make_input(*args: Any, **kwargs: Any) -> Input:
@@ -166,8 +189,36 @@ class StandIn:
             standin.calls.append(Call("save", (module, file_path), kwargs))
             if standin.save_error is not None:
                 raise RuntimeError(standin.save_error)
+            standin.saved[file_path] = module
             with open(file_path, "wb") as f:
                 f.write(b"standin: torch_tensorrt.save")
+
+        def load(file_path: str, **kwargs: Any) -> StandInProgram:
+            standin.calls.append(Call("load", (file_path,), kwargs))
+            return StandInProgram(standin.saved[file_path])
+
+        def refit_module_weights(
+            compiled_module: Any,
+            new_weight_module: Any,
+            arg_inputs: Any = None,
+            kwarg_inputs: Any = None,
+            verify_output: bool = False,
+            in_place: bool = False,
+        ) -> torch.fx.GraphModule:
+            standin.calls.append(
+                Call(
+                    "refit_module_weights",
+                    (compiled_module, new_weight_module),
+                    {
+                        "arg_inputs": arg_inputs,
+                        "verify_output": verify_output,
+                        "in_place": in_place,
+                    },
+                )
+            )
+            if not standin.refit:
+                raise NotImplementedError("Refit feature is currently not available")
+            return standin._graph_module(new_weight_module, refit=True)
 
         def save_cross_compiled_exported_program(gm: Any, file_path: str) -> None:
             standin.calls.append(Call("save_cross_compiled_exported_program", (gm, file_path), {}))
@@ -176,6 +227,8 @@ class StandIn:
 
         package.Input = make_input  # type: ignore[attr-defined]
         package.save = save  # type: ignore[attr-defined]
+        package.load = load  # type: ignore[attr-defined]
+        dynamo.refit_module_weights = refit_module_weights  # type: ignore[attr-defined]
         package.dynamo = dynamo  # type: ignore[attr-defined]
         dynamo.compile = self._compile_function("compile")  # type: ignore[attr-defined]
         dynamo.cross_compile_for_windows = self._compile_function("cross_compile_for_windows")  # type: ignore[attr-defined]
@@ -207,7 +260,7 @@ class StandIn:
             return _needs_cross_compile(compile_fn)
         return compile_fn
 
-    def _graph_module(self, program: Any) -> torch.fx.GraphModule:
+    def _graph_module(self, program: Any, *, refit: bool = False) -> torch.fx.GraphModule:
         """placeholders -> _run_on_acc_0 [-> aten.relu] [-> _run_on_acc_1 ...] -> output."""
         graph = torch.fx.Graph()
         root = torch.nn.Module()
@@ -215,7 +268,8 @@ class StandIn:
         values: list[Any] = [graph.placeholder(n) for n in names]
         for i in range(self.engines):
             binding_inputs = [v.name for v in values]
-            module = StandInTrtModule(engine_bytes(i), binding_inputs, ["output0"])
+            data = refit_engine_bytes(i, program) if refit else engine_bytes(i)
+            module = StandInTrtModule(data, binding_inputs, ["output0"])
             root.add_module(f"_run_on_acc_{i}", module)
             out = graph.call_module(f"_run_on_acc_{i}", tuple(values))
             if self.fallback_op and i == 0:
