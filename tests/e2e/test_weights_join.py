@@ -86,7 +86,7 @@ import json, sys, torch, torch._inductor
 from safetensors.torch import load_file
 sys.path.insert(0, "models")
 import tiny
-from kiln.actions.package_weights import load_into
+from kiln.actions.package_loading import load_into
 
 def eager(weights):
     torch.manual_seed(0)  # as kiln builds a torch_model: the non-persistent buffer's init

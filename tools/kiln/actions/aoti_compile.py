@@ -1,6 +1,7 @@
 """AotiCompile: a program's structure into an AOTInductor program whose weights are data.
 
-    structure (<name>.structure.pt2: placeholders for weights, kiln.actions.weights_split)
+    structure (<name>.structure.pt2: meta tensors for weights, kiln.actions.weights_split)
+      -> placeholders in their place
       -> torch._inductor.aoti_compile_and_package(..., SPLIT_CONFIGS)
       -> <name>.program.pt2   the compiled program; its weights blob holds the placeholders
          <name>.layout.json   its constants in blob order (ConstantLayout), checked
@@ -64,9 +65,10 @@ def main(spec: CompileSpec) -> None:
         import torch
         import torch._inductor
 
+        from kiln.actions import weights_split
         from kiln.actions.constant_layout import layout_of
 
-        structure = torch.export.load(spec.structure)
+        structure = weights_split.load_structure(spec.structure, spec.device)
         configs = inductor_configs(spec, compile_key(spec, torch.__version__))
         try:
             torch._inductor.aoti_compile_and_package(

@@ -168,11 +168,14 @@ def main(spec: ExportSpec) -> None:
     # them out of the program.
     if spec.goldens is not None:
         write_goldens(Path(spec.goldens), *golden_outputs(module, model, device))
-    if spec.weights is not None:
-        from kiln.actions import weights_split
+    if spec.weights is None:
+        torch.export.save(program, output)
+        return
+    from kiln.actions import weights_split
 
-        weights_split.save(weights_split.split(program), Path(spec.weights))
-    torch.export.save(program, output)
+    weights, ties = weights_split.split(program)
+    weights_split.save(weights, Path(spec.weights))
+    weights_split.save_structure(program, output, ties)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """TrtCompile: a program's structure into a refittable Torch-TensorRT program (Linux).
 
-    structure (<name>.structure.pt2: placeholders for weights, kiln.actions.weights_split)
+    structure (<name>.structure.pt2: meta tensors for weights, kiln.actions.weights_split;
+               loaded with placeholders in their place)
       -> torch_tensorrt.dynamo.compile(..., immutable_weights=False)
       -> torch_tensorrt.save(...) -> <name>.refittable.ep
 
@@ -24,11 +25,12 @@ REFITTABLE = {"immutable_weights": False}
 def main(spec: TrtCompileSpec) -> None:
     import torch
 
+    from kiln.actions import weights_split
     from kiln.actions.model_loading import dynamic_shapes, example_inputs
     from kiln.actions.trt_engine import compile_program, import_torch_tensorrt, save_program
 
     torch_tensorrt = import_torch_tensorrt()
-    program = torch.export.load(spec.structure)
+    program = weights_split.load_structure(spec.structure, spec.device)
     settings = {**spec.settings, **REFITTABLE}
     trt_gm, _, dropped = compile_program(
         torch_tensorrt, program, spec.ranges, settings, windows=False

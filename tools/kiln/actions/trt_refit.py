@@ -40,14 +40,13 @@ def refitted(
 ) -> tuple[Any, Any, dict[str, Any], list[str], TrtWeights]:
     """(the program with its weights, the compiled module holding them, the compile settings
     in effect, those the installed version lacks, how the weights got in)."""
-    import torch
     from safetensors.torch import load_file
 
     from kiln.actions import weights_split
     from kiln.actions.trt_compile import REFITTABLE
     from kiln.actions.trt_engine import COMPILE, _brief, accepted_settings, compile_program
 
-    program = torch.export.load(refit.structure)
+    program = weights_split.load_structure(refit.structure, spec.device)
     weights_split.restore(program, load_file(refit.weights))
     digest = hashlib.sha256(Path(refit.weights).read_bytes()).hexdigest()
     settings = {**spec.settings, **REFITTABLE}

@@ -42,7 +42,7 @@ from kiln.action_specs import (
 )
 from kiln.actions import spec as action_spec
 from kiln.actions.errors import ActionError, at_point, summary
-from kiln.actions.spec import ERROR_PREFIX, verbose
+from kiln.actions.spec import ERROR_PREFIX, ActionFailure, verbose
 
 CHILD = "--checks"
 
@@ -125,14 +125,9 @@ def read_goldens(path: str) -> tuple[GoldenOutputs, Any]:
 
 
 def checks(spec: ValidateSpec, progress: Path) -> None:
-    from kiln.actions.aoti_package import pin_temp_dirs
-
-    # Loading a package builds helpers into inductor's cache under $TMPDIR: 7 s
-    # in a fresh execroot's, nothing in the warm one packaging already uses.
-    pin_temp_dirs()
     import torch
-    import torch._inductor
 
+    from kiln.actions import package_loading
     from kiln.actions.model_loading import example_inputs
 
     if spec.backend == "tensorrt":
@@ -140,16 +135,12 @@ def checks(spec: ValidateSpec, progress: Path) -> None:
 
     goldens, tensors = read_goldens(spec.goldens)
     device = torch.device(spec.device)
+    # AOTIModelPackageLoader itself: no torch._inductor import, nothing compiled (the
+    # package and, for weights = "separate", its weights file, checked).
     try:
-        package = torch._inductor.aoti_load_package(spec.package)
-    except Exception as error:
-        raise ActionError(
-            f"the package does not load: {summary(error)}", label=spec.label, cause=error
-        ) from error
-    if spec.weights is not None:  # weights = "separate": the package and its weights file
-        from kiln.actions.package_weights import load_into
-
-        load_into(package, spec.weights)
+        package = package_loading.load(spec.package, spec.weights)
+    except ActionFailure as error:
+        raise ActionError(str(error), label=spec.label, cause=error) from error
     results = []
     for golden in goldens.points:
         progress.write_text(golden.point)
@@ -159,7 +150,7 @@ def checks(spec: ValidateSpec, progress: Path) -> None:
             with torch.no_grad():
                 # The flat outputs, in pytree order: what the goldens hold, and no import
                 # of the output types (Hugging Face's) is needed to unflatten them.
-                outputs = package.loader.boxed_run([t.to(device) for t in inputs])
+                outputs = package(*(t.to(device) for t in inputs))
         except Exception as error:
             raise ActionError(
                 f"the package fails {where}: {summary(error)}",
