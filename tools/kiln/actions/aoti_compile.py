@@ -39,6 +39,7 @@ from typing import Any
 from kiln.action_specs import CompileSpec
 from kiln.actions import spec as action_spec
 from kiln.actions.aoti_package import cpu_target_env, pin_temp_dirs, private_inductor_cache
+from kiln.actions.errors import ActionError, summary
 from kiln.actions.spec import ActionFailure
 
 SPLIT_CONFIGS: dict[str, Any] = {
@@ -75,12 +76,22 @@ def main(spec: CompileSpec) -> None:
                 structure, package_path=str(output), inductor_configs=configs
             )
         except Exception as error:
-            raise ActionFailure(
-                f"AOTInductor compilation failed: {type(error).__name__}: "
-                f"{str(error).strip()[:2000]}"
+            raise ActionError(
+                f"AOTInductor compilation failed: {summary(error)}{_compiler_error(error)}",
+                hint="try another cpu_target or other inductor_configs of the aoti_package; "
+                "--verbose_failures shows torch's whole message",
+                cause=error,
             ) from error
         layout = layout_of(output, structure, spec.device)
     Path(spec.layout).write_text(layout.to_json(), encoding="utf-8")
+
+
+def _compiler_error(error: Exception) -> str:
+    """The first `error:` line of a C++ compiler's output inside torch's message."""
+    for line in str(error).splitlines():
+        if "error:" in line:
+            return f" ({line.strip()})"
+    return ""
 
 
 def inductor_configs(spec: CompileSpec, key: str) -> dict[str, Any]:
@@ -136,4 +147,4 @@ def _environment(**values: str) -> Iterator[None]:
 
 
 if __name__ == "__main__":
-    action_spec.run(main, CompileSpec, sys.argv[1:])
+    action_spec.run(main, CompileSpec, sys.argv[1:], quiet=True)

@@ -26,11 +26,10 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from kiln.action_specs import CompileSpec, PackageSpec
 from kiln.actions import spec as action_spec
-from kiln.actions.errors import ActionError, summary
+from kiln.actions.spec import ActionFailure
 
 
 def inductor_cache_dir(spec: PackageSpec | CompileSpec) -> Path:
@@ -106,37 +105,15 @@ def main(spec: PackageSpec) -> None:
         pin_temp_dirs()
         import torch
 
+        if spec.tensorrt is None:
+            raise ActionFailure(
+                "AotiPackage builds Torch-TensorRT packages; an AOTInductor package is "
+                "AotiCompile (the structure) and AotiJoin (the weights)"
+            )
+        from kiln.actions import tensorrt_backend
+
         program = torch.export.load(spec.program)
-        if spec.tensorrt is not None:
-            from kiln.actions import tensorrt_backend
-
-            tensorrt_backend.package(program, spec, spec.tensorrt, output, cache)
-        else:
-            _inductor(program, spec, output)
-
-
-def _inductor(program: Any, spec: PackageSpec, output: Path) -> None:
-    import torch._inductor
-
-    try:
-        torch._inductor.aoti_compile_and_package(
-            program, package_path=str(output), inductor_configs=dict(spec.inductor_configs)
-        )
-    except Exception as error:
-        raise ActionError(
-            f"AOTInductor packaging failed: {summary(error)}{_compiler_error(error)}",
-            hint="try another cpu_target or other inductor_configs of the aoti_package; "
-            "--verbose_failures shows torch's whole message",
-            cause=error,
-        ) from error
-
-
-def _compiler_error(error: Exception) -> str:
-    """The first `error:` line of a C++ compiler's output inside torch's message."""
-    for line in str(error).splitlines():
-        if "error:" in line:
-            return f" ({line.strip()})"
-    return ""
+        tensorrt_backend.package(program, spec, spec.tensorrt, output, cache)
 
 
 if __name__ == "__main__":
