@@ -228,7 +228,9 @@ torch.manual_seed(0)
 batch = torch.export.Dim("batch", min=1, max=8)
 example = (torch.randn(4, 6),)
 program = torch.export.export(tiny.build().eval(), example, dynamic_shapes=({0: batch},))
-weights_split.split(program)
+structure = Path(sys.argv[1]) / "structure.pt2"
+weights_split.save_structure(program, structure, weights_split.split(program)[1])
+program = weights_split.load_structure(structure, "cpu")  # as AotiCompile loads it
 package = Path(sys.argv[1]) / "inlined.pt2"
 configs = {**SPLIT_CONFIGS, "always_keep_tensor_constants": False}
 torch._inductor.aoti_compile_and_package(
