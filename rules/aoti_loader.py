@@ -101,7 +101,13 @@ def declare_loader_library(
 
 
 def declare_python_loader(
-    ctx: RuleContext[Any], *, package: File, model: TorchModelInfo, device: str, backend: str
+    ctx: RuleContext[Any],
+    *,
+    package: File,
+    model: TorchModelInfo,
+    device: str,
+    backend: str,
+    weights_form: str = "packaged",
 ) -> File:
     """Declares <name>_loader.py beside the package: one FileWrite action."""
     loader = ctx.declare_file(f"{ctx.name}_loader.py")
@@ -109,7 +115,9 @@ def declare_python_loader(
         raise ValueError(f"the package {package.path} is not beside {loader.path}")
     # As seen from the C++ loader's folder, a sibling of both.
     package_file = posixpath.basename(package.path)
-    source = LoaderSource(ctx.name, ctx.label, model, device, backend, f"../{package_file}")
+    source = LoaderSource(
+        ctx.name, ctx.label, model, device, backend, f"../{package_file}", weights_form
+    )
     ctx.actions.write(loader, render_python_loader(source))
     return loader
 

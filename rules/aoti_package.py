@@ -210,7 +210,12 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
         weights_form=attrs.weights,
     )
     python_loader = aoti_loader.declare_python_loader(
-        ctx, package=package, model=model, device=attrs.device, backend=attrs.backend
+        ctx,
+        package=package,
+        model=model,
+        device=attrs.device,
+        backend=attrs.backend,
+        weights_form=attrs.weights,
     )
     return [DefaultInfo((*outputs, *library, python_loader))]
 

@@ -5,8 +5,10 @@ results silently, token ids past the vocabulary or a sequence past its max abort
 the process. The loader refuses each with the C++ class's message (InputError),
 makes channels_last inputs contiguous, and gives the outputs the structure the
 model returned, importing the module of a library's output type (or a plain tuple).
+It loads a separate-form package's weights at start, and swaps in retrained ones
+with the C++ class's checks (WeightsError).
 
-The examples (//models:mlp_pt2, resnet_pt2, tiny_lm_pt2) are built once a session
+The examples (//models:mlp_pt2, mlp_sep_pt2, resnet_pt2, tiny_lm_pt2) are built once a session
 in this repository (tests/e2e/conftest.py); each model's bad inputs run in one
 fresh Python, which prints what the loader said to each.
 """
@@ -24,7 +26,14 @@ from typing import Any
 from kiln.rules.aoti_loader import LoaderSource, render_python_loader
 
 from tests.e2e.test_aoti_package import REPO, make_workspace
-from tests.e2e.test_cc_loader import RESNET, TWO_INPUTS
+from tests.e2e.test_cc_loader import (
+    BATCH,
+    RESNET,
+    TWO_INPUTS,
+    Retrained,
+    _assert_close,
+    retrained,  # noqa: F401 - the session fixture of retrained mlp weights
+)
 
 # Runs in a fresh Python in kiln-out/models: CASES maps a case to the inputs given to
 # run(); prints {case: the loader's message, or "ok"} as JSON, and "same" where an
@@ -264,3 +273,64 @@ def test_the_loader_is_python_naming_every_declared_input() -> None:
     resnet = _render(RESNET, "resnet_pt2")
     compile(resnet, "resnet_pt2_loader.py", "exec")
     assert "torchtrt" not in resnet
+
+
+# -- weights -------------------------------------------------------------------------------------
+
+WEIGHTS = """
+import json, sys, torch
+sys.path.insert(0, ".")
+from mlp_pt2_loader import MlpPt2, WeightsError
+from mlp_sep_pt2_loader import MlpSepPt2
+
+folder = sys.argv[1]
+x = torch.arange({batch} * 10, dtype=torch.float32).reshape({batch}, 10).div(100)
+said = {{}}
+separate = MlpSepPt2()
+said["separate"] = separate(x).flatten().tolist()
+said["separate given b"] = MlpSepPt2(weights_path=f"{{folder}}/b.safetensors")(x).flatten().tolist()
+packaged = MlpPt2()
+said["packaged"] = packaged(x).flatten().tolist()
+packaged.load_weights(f"{{folder}}/b.safetensors")
+said["packaged swapped to b"] = packaged(x).flatten().tolist()
+for bad in ("missing", "shape", "dtype", "unknown", "garbage"):
+    try:
+        packaged.load_weights(f"{{folder}}/{{bad}}.safetensors")
+    except WeightsError as error:
+        said[bad] = str(error)
+said["after refusals"] = packaged(x).flatten().tolist()
+said["provenance"] = separate.metadata()["kiln.target"]
+print(json.dumps(said))
+"""
+
+
+def test_weights_load_at_start_or_swap_in_checked(
+    repo_examples: Path,
+    retrained: Retrained,  # noqa: F811 - the fixture imported above
+) -> None:
+    """weights = "separate": the loader reads the weights file beside the package (or the
+    one given); load_weights replaces a package's weights with a retrained file's, and
+    refuses weights that do not fit with the C++ class's words, changing nothing."""
+    run = subprocess.run(
+        [sys.executable, "-c", WEIGHTS.format(batch=BATCH), str(retrained.folder)],
+        cwd=repo_examples,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    said = json.loads(run.stdout)
+    _assert_close(said["separate"], retrained.eager_a)
+    _assert_close(said["packaged"], retrained.eager_a)
+    _assert_close(said["separate given b"], retrained.eager_b)
+    _assert_close(said["packaged swapped to b"], retrained.eager_b)
+    _assert_close(said["after refusals"], retrained.eager_b)
+    unfit = "MlpPt2: the weights do not fit the package: "
+    assert said["missing"] == unfit + "missing 1 of 4: 'net.2.bias'"
+    assert said["shape"] == unfit + "'net.2.bias' is float32 [5], expected float32 [4]"
+    assert said["dtype"] == unfit + "'net.0.weight' is float64 [64, 10], expected float32 [64, 10]"
+    assert said["unknown"] == unfit + "not weights of this package: 'head.bias'"
+    assert said["garbage"].startswith("MlpPt2: '")
+    assert "is not a safetensors file" in said["garbage"]
+    assert said["provenance"] == "//models:mlp_sep_pt2"

@@ -66,7 +66,11 @@ def test_the_compile_reads_the_structure_alone() -> None:
     ]
     export = _action(actions, "TorchExport")
     assert _paths(export.inputs) == {"mlp_pt2.export.json", "models/mlp.py", "models/w.safetensors"}
-    assert _paths(export.outputs) == {"mlp_pt2.structure.pt2", "mlp_pt2.weights.safetensors"}
+    assert _paths(export.outputs) == {
+        "mlp_pt2.structure.pt2",
+        "mlp_pt2.weights.safetensors",
+        "mlp_pt2.golden.safetensors",
+    }
     compile_ = _action(actions, "AotiCompile")
     assert _paths(compile_.inputs) == {"mlp_pt2.compile.json", "mlp_pt2.structure.pt2"}
     assert _paths(compile_.outputs) == {"mlp_pt2.program.pt2", "mlp_pt2.layout.json"}
@@ -78,8 +82,13 @@ def test_the_compile_reads_the_structure_alone() -> None:
         "mlp_pt2.weights.safetensors",
     }
     assert _paths(join.outputs) == {"mlp_pt2.pt2"}
-    # Validation runs the joined package: the final artifact.
-    assert "mlp_pt2.pt2" in _paths(_action(actions, "AotiValidate").inputs)
+    # Validation runs the joined package, the final artifact, against eager's goldens
+    # (made by the export with the same weights); it reads no model source.
+    assert _paths(_action(actions, "AotiValidate").inputs) == {
+        "mlp_pt2.validate.json",
+        "mlp_pt2.pt2",
+        "mlp_pt2.golden.safetensors",
+    }
 
 
 def test_the_compile_spec_holds_no_label_path_of_weights_or_model() -> None:
@@ -118,6 +127,9 @@ def test_separate_form_validates_the_package_with_its_weights_file() -> None:
     header = next(a for a in actions if a.outputs[0].path.endswith("mlp_pt2.h")).content
     assert header is not None
     assert b'kWeightsForm = "separate";' in header
+    python_loader = next(a for a in actions if a.outputs[0].path.endswith("mlp_pt2_loader.py"))
+    assert python_loader.content is not None
+    assert b"    WEIGHTS_FORM = 'separate'\n" in python_loader.content
 
 
 @pytest.mark.parametrize(
