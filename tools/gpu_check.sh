@@ -2,6 +2,7 @@
 # The trt_engine checks that need a GPU and Torch-TensorRT, for the GPU machine.
 #
 #     OUT=/some/dir tools/gpu_check.sh          (from anywhere; OUT defaults to ./gpu-check-out)
+#     OUT=/some/dir tools/gpu_check.sh refit    (only the steps named, after env and site)
 #
 # Expects python3 (or $PYTHON) with a CUDA build of torch and kiln's dependencies, and
 # Torch-TensorRT importable: e.g. the TensorRT-RTX bundle (shared/tools/trt-rtx-bundle.sh)
@@ -31,8 +32,9 @@
 #               compare its .ep with eager, retrain the mlp (new weights file), build again
 #               (TrtCompile must be cached, TrtEngine runs), compare again; refit.json says
 #               whether the engines were refit (manifest.weights.refit) or, where this
-#               Torch-TensorRT cannot refit, built with the weights, and why. Needs the same
-#               as build, plus safetensors
+#               Torch-TensorRT cannot refit, built with the weights, and why; summary.txt
+#               gets a line "REFIT USED: ..." or "REFIT NOT AVAILABLE: ..." before the
+#               step's verdict. Needs the same as build, plus safetensors
 #
 # Python that loads .pt2 packages segfaults on that image unless the system libstdc++ is
 # preloaded (shared/notes/torch-facts.md): LD_PRELOAD is set to it when the file exists
@@ -57,9 +59,14 @@ failed=0
 
 # step NAME COMMAND...: run (in this shell: COMMAND may be a function), log, and record
 # PASS / FAIL (exit 77 means SKIP). Commands that may hang carry their own `timeout`.
+only=" $* "
 step() {
   local step_name=$1
   shift
+  if [ "$only" != "  " ] && [[ "$only" != *" $step_name "* ]] && [ "$step_name" != env ] \
+    && [ "$step_name" != site ]; then
+    return 0
+  fi
   local start=$SECONDS
   echo "== $step_name: $*" | tee "$out/$step_name.log"
   "$@" >>"$out/$step_name.log" 2>&1
@@ -233,6 +240,7 @@ refit_split() {
   timeout 120 "$py" "$helper" events "$ws" "$out/refit-second.events.json" SECOND || return 1
   timeout 300 "$py" "$helper" check "$ws" "$out/refit.json" || return 1
   cp "$ws/kiln-out/models/mlp_trt.manifest.json" "$out/refit-manifest.json"
+  timeout 120 "$py" "$helper" verdict "$ws" | tee -a "$out/summary.txt"
 }
 
 step env env_facts

@@ -4,10 +4,13 @@
     python tools/gpu_check_refit.py retrain   DIR SEED       # new weights for its mlp
     python tools/gpu_check_refit.py events    DIR EVENTS.json FIRST|SECOND
     python tools/gpu_check_refit.py check     DIR OUT.json   # the build vs eager
+    python tools/gpu_check_refit.py verdict   DIR            # one line: refit or not
 
 `events` checks what a build ran (FIRST: TorchExport, TrtCompile and TrtEngine
 executed; SECOND, after `retrain`: TrtCompile cached, TorchExport and TrtEngine
-executed). `check` loads the .ep the build wrote with torch_tensorrt.load and
+executed). Where this Torch-TensorRT cannot refit (`kiln info toolchains`: refit no)
+the rule plans no split: then both builds must run TrtEngine alone, with the weights.
+`check` loads the .ep the build wrote with torch_tensorrt.load and
 compares it with eager torch at the min/opt/max shapes, with the weights the build
 used, and reports what the manifest says of them (manifest.weights: refit or not,
 and why). Exits non-zero if a check fails; a JSON report goes to OUT.json.
@@ -69,13 +72,28 @@ def events(root: Path, path: str, which: str) -> dict[str, Any]:
         if event.get("type") == "action_finished":
             statuses.setdefault(str(event["mnemonic"]), []).append(str(event["status"]))
     compile_status = {"FIRST": "executed", "SECOND": "cached"}[which]
-    expected = {
-        "TorchExport": ["executed"],
-        "TrtCompile": [compile_status],
-        "TrtEngine": ["executed"],
-    }
+    split = "TrtCompile" in statuses
+    expected = (
+        {"TorchExport": ["executed"], "TrtCompile": [compile_status], "TrtEngine": ["executed"]}
+        if split
+        else {"TrtEngine": ["executed"]}  # no refit here: the engine is built with the weights
+    )
     ok = all(statuses.get(k) == v for k, v in expected.items())
-    return {"ok": ok, "statuses": statuses, "expected": expected}
+    return {"ok": ok, "split": split, "statuses": statuses, "expected": expected}
+
+
+def verdict(root: Path) -> dict[str, Any]:
+    """One line for the summary: whether the weights change was refit, from the manifest."""
+    from kiln.action_specs import TrtManifest
+
+    manifest = TrtManifest.read(root / f"kiln-out/models/{TARGET}.manifest.json")
+    weights = manifest.weights
+    line = (
+        f"REFIT USED: the weights change was refit into the engine ({weights.how})"
+        if weights.refit
+        else f"REFIT NOT AVAILABLE: the engine was rebuilt with the weights ({weights.how})"
+    )
+    return {"ok": True, "line": line, "refit": weights.refit}
 
 
 def check(root: Path, out: str) -> dict[str, Any]:
@@ -111,7 +129,13 @@ def check(root: Path, out: str) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     command, root, *rest = argv
-    checks = {"workspace": workspace, "retrain": retrain, "events": events, "check": check}
+    checks = {
+        "workspace": workspace,
+        "retrain": retrain,
+        "events": events,
+        "check": check,
+        "verdict": verdict,
+    }
     try:
         report = checks[command](Path(root).resolve(), *rest)
     except Exception as error:  # a report, not a traceback only
@@ -119,7 +143,7 @@ def main(argv: list[str]) -> int:
 
         traceback.print_exc()
         report = {"ok": False, "error": f"{type(error).__name__}: {error}"}
-    print(json.dumps(report, indent=2))
+    print(report["line"] if "line" in report else json.dumps(report, indent=2))
     return 0 if report.get("ok") else 1
 
 
