@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 # cache, so a developer's warm cache makes it a cache hit; a cold one (CI) builds.
 SESSION_ENV = dict(os.environ)
 # The example packages the loader tests (C++ and Python) run; mlp_sep_pt2 is mlp_pt2
-# with weights = "separate" (its compile is mlp_pt2's: a cache hit).
+# with weights = "separate".
 EXAMPLES = (
     "//models:mlp_pt2",
     "//models:mlp_sep_pt2",
