@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_aoti_package import REPO, ModelWorkspace, Result, make_workspace
+from tests.e2e.harness import BuildResult
+from tests.e2e.test_aoti_package import REPO, ModelWorkspace, make_workspace
 
 TRAPS = {
     # name: (factory, inputs, dynamic dims)
@@ -65,7 +66,7 @@ aoti_package(name = "{name}_pt2", model = ":{name}")
 
 
 @pytest.fixture(scope="module")
-def traps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ModelWorkspace, Result]]:
+def traps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ModelWorkspace, BuildResult]]:
     base = tmp_path_factory.mktemp("traps")
     ws = make_workspace(base / "ws", base / "cache", BUILD)
     shutil.copy(REPO / "tests/models/traps.py", ws.root / "models/traps.py")
@@ -90,14 +91,14 @@ def _line(pattern: str) -> int:
     return next(i for i, line in enumerate(lines, 1) if pattern in line)
 
 
-def test_no_trap_prints_a_traceback(traps: tuple[ModelWorkspace, Result]) -> None:
+def test_no_trap_prints_a_traceback(traps: tuple[ModelWorkspace, BuildResult]) -> None:
     _, run = traps
     assert run.code == 1
     assert "Traceback" not in run.err
     assert len(re.findall("kiln-action-error: ", run.err)) == len(TRAPS)
 
 
-def test_a_factory_that_raises_names_its_line(traps: tuple[ModelWorkspace, Result]) -> None:
+def test_a_factory_that_raises_names_its_line(traps: tuple[ModelWorkspace, BuildResult]) -> None:
     line = _line('raise RuntimeError("checkpoint not found")')
     assert paragraph(traps[1].err, "raises") == (
         f"models/traps.py:{line}: //models:raises: the factory traps:raises raised "
@@ -106,7 +107,7 @@ def test_a_factory_that_raises_names_its_line(traps: tuple[ModelWorkspace, Resul
 
 
 def test_wrong_rank_names_the_input_and_its_declared_shape(
-    traps: tuple[ModelWorkspace, Result],
+    traps: tuple[ModelWorkspace, BuildResult],
 ) -> None:
     assert paragraph(traps[1].err, "rank") == (
         f"models/traps.py:{_line('return self.conv(image)')}: //models:rank: the model fails "
@@ -117,7 +118,7 @@ def test_wrong_rank_names_the_input_and_its_declared_shape(
     )
 
 
-def test_wrong_dtype_names_the_input(traps: tuple[ModelWorkspace, Result]) -> None:
+def test_wrong_dtype_names_the_input(traps: tuple[ModelWorkspace, BuildResult]) -> None:
     assert paragraph(traps[1].err, "dtype") == (
         f"models/traps.py:{_line('self.tokens(ids) + self.positions')}: //models:dtype: the "
         "model fails in eager on its example inputs: RuntimeError: Expected tensor for "
@@ -128,7 +129,7 @@ def test_wrong_dtype_names_the_input(traps: tuple[ModelWorkspace, Result]) -> No
     )
 
 
-def test_token_ids_past_the_vocabulary(traps: tuple[ModelWorkspace, Result]) -> None:
+def test_token_ids_past_the_vocabulary(traps: tuple[ModelWorkspace, BuildResult]) -> None:
     """high = 101 for an embedding of 100 rows: the sampled ids include 100, eager fails."""
     where = f"models/traps.py:{_line('self.tokens(ids) + self.positions')}"
     assert paragraph(traps[1].err, "vocab") == (
@@ -139,7 +140,7 @@ def test_token_ids_past_the_vocabulary(traps: tuple[ModelWorkspace, Result]) -> 
     )
 
 
-def test_a_sequence_past_the_positions(traps: tuple[ModelWorkspace, Result]) -> None:
+def test_a_sequence_past_the_positions(traps: tuple[ModelWorkspace, BuildResult]) -> None:
     """GPT-2's trap: a dynamic seq max beyond the positions fails at the max shape point,
     in the export action, before anything is packaged."""
     where = f"models/traps.py:{_line('self.tokens(ids) + self.positions')}"
@@ -151,7 +152,7 @@ def test_a_sequence_past_the_positions(traps: tuple[ModelWorkspace, Result]) -> 
     )
 
 
-def test_torchs_suggested_fix_is_kept_whole(traps: tuple[ModelWorkspace, Result]) -> None:
+def test_torchs_suggested_fix_is_kept_whole(traps: tuple[ModelWorkspace, BuildResult]) -> None:
     assert paragraph(traps[1].err, "narrows") == (
         "//models:narrows: torch.export cannot keep the dynamic dims as declared: the model "
         "takes 'seq' only in [4, 64], not the declared [2, 64] (torch suggests: "
@@ -160,7 +161,7 @@ def test_torchs_suggested_fix_is_kept_whole(traps: tuple[ModelWorkspace, Result]
     )
 
 
-def test_a_dim_the_model_fixes(traps: tuple[ModelWorkspace, Result]) -> None:
+def test_a_dim_the_model_fixes(traps: tuple[ModelWorkspace, BuildResult]) -> None:
     assert paragraph(traps[1].err, "fixes") == (
         "//models:fixes: torch.export cannot keep the dynamic dims as declared: the model "
         "fixes 'batch' to 8 (torch suggests: batch = 8)\n"
@@ -169,7 +170,7 @@ def test_a_dim_the_model_fixes(traps: tuple[ModelWorkspace, Result]) -> None:
     )
 
 
-def test_use_cache_is_named(traps: tuple[ModelWorkspace, Result]) -> None:
+def test_use_cache_is_named(traps: tuple[ModelWorkspace, BuildResult]) -> None:
     """A model that returns its key/value cache object, as a Hugging Face model left with
     use_cache=True does: torch's pytree message, then what to set."""
     assert paragraph(traps[1].err, "caching") == (
@@ -181,7 +182,7 @@ def test_use_cache_is_named(traps: tuple[ModelWorkspace, Result]) -> None:
     )
 
 
-def test_verbose_failures_add_the_traceback(traps: tuple[ModelWorkspace, Result]) -> None:
+def test_verbose_failures_add_the_traceback(traps: tuple[ModelWorkspace, BuildResult]) -> None:
     ws, _ = traps
     run = ws.build("//models:raises_pt2", "--verbose_failures")
     text = paragraph(run.err, "raises")

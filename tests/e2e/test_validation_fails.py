@@ -21,7 +21,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.test_aoti_package import REPO, ModelWorkspace, Result, make_workspace
+from tests.e2e.harness import BuildResult
+from tests.e2e.test_aoti_package import REPO, ModelWorkspace, make_workspace
 
 TESTS_MODELS = REPO / "tests" / "models"
 
@@ -81,7 +82,7 @@ BUILD = "".join(
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ModelWorkspace, Result]]:
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ModelWorkspace, BuildResult]]:
     base = tmp_path_factory.mktemp("wrong")
     ws = make_workspace(base / "ws", base / "cache", BUILD)
     for name in ("resnet.py", "tiny_lm.py"):
@@ -105,7 +106,7 @@ def _paragraph(err: str, target: str) -> str:
 
 @pytest.mark.parametrize(("model", "how"), WRONG, ids=[f"{m}-{h}" for m, h in WRONG])
 def test_a_wrong_package_fails_validation(
-    built: tuple[ModelWorkspace, Result], model: str, how: str
+    built: tuple[ModelWorkspace, BuildResult], model: str, how: str
 ) -> None:
     ws, run = built
     assert run.code == 1
@@ -126,7 +127,7 @@ def test_a_wrong_package_fails_validation(
     assert f"//models:{model}_{how}_pt2" in run.err.split("removed from kiln-out/: ")[1]
 
 
-def test_tiny_outputs_are_held_to_their_own_scale(built: tuple[ModelWorkspace, Result]) -> None:
+def test_tiny_outputs_are_held_to_their_own_scale(built: tuple[ModelWorkspace, BuildResult]) -> None:
     """small_outputs' logits are ~1e-5: the zeroed package's error is under the old atol of
     1e-4, yet it fails, while the right package passes, its error relative to 1e-5."""
     ws, run = built
@@ -145,7 +146,7 @@ def test_tiny_outputs_are_held_to_their_own_scale(built: tuple[ModelWorkspace, R
 
 
 def test_a_package_that_aborts_is_a_failed_check_at_its_shape_point(
-    built: tuple[ModelWorkspace, Result],
+    built: tuple[ModelWorkspace, BuildResult],
 ) -> None:
     _, run = built
     text = _paragraph(run.err, "tiny_lm_aborts_pt2")
