@@ -127,7 +127,9 @@ def test_a_wrong_package_fails_validation(
     assert f"//models:{model}_{how}_pt2" in run.err.split("removed from kiln-out/: ")[1]
 
 
-def test_tiny_outputs_are_held_to_their_own_scale(built: tuple[ModelWorkspace, BuildResult]) -> None:
+def test_tiny_outputs_are_held_to_their_own_scale(
+    built: tuple[ModelWorkspace, BuildResult],
+) -> None:
     """small_outputs' logits are ~1e-5: the zeroed package's error is under the old atol of
     1e-4, yet it fails, while the right package passes, its error relative to 1e-5."""
     ws, run = built
