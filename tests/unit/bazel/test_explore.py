@@ -28,47 +28,70 @@ def _mnemonics(shape: RuleShape) -> list[str]:
     return [a.mnemonic for a in shape.actions]
 
 
-def test_aoti_package_shape_depends_on_device_and_validate(tables: dict[str, RuleTable]) -> None:
+PACKAGED = '["cpu","inductor","packaged",true]'
+
+
+def test_aoti_package_shape_depends_on_device_backend_weights_and_validate(
+    tables: dict[str, RuleTable],
+) -> None:
     table = tables["aoti_package"]
-    assert table.key == ("device", "validate")
-    assert table.defaults == {"device": "cpu", "validate": True}
+    assert table.key == ("device", "backend", "weights", "validate")
+    assert table.defaults == {
+        "device": "cpu",
+        "backend": "inductor",
+        "weights": "packaged",
+        "validate": True,
+    }
+    # TensorRT needs cuda and holds its weights in its engines: no other shapes of it.
     assert sorted(table.shapes) == [
-        '["cpu",false]',
-        '["cpu",true]',
-        '["cuda",false]',
-        '["cuda",true]',
-    ]
-    full, bare = table.shapes['["cpu",true]'], table.shapes['["cpu",false]']
-    assert _mnemonics(full) == ["TorchExport", "AotiPackage", "AotiValidate"]
-    assert _mnemonics(bare) == ["TorchExport", "AotiPackage"]
+        f'["{device}","inductor","{form}",{validate}]'
+        for device in ("cpu", "cuda")
+        for form in ("packaged", "separate")
+        for validate in ("false", "true")
+    ] + ['["cuda","tensorrt","packaged",false]', '["cuda","tensorrt","packaged",true]']
+    full, bare = table.shapes[PACKAGED], table.shapes['["cpu","inductor","packaged",false]']
+    assert _mnemonics(full) == ["TorchExport", "AotiCompile", "AotiJoin", "AotiValidate"]
+    assert _mnemonics(bare) == ["TorchExport", "AotiCompile", "AotiJoin"]
+    trt = table.shapes['["cuda","tensorrt","packaged",true]']
+    assert _mnemonics(trt) == ["TorchExport", "AotiPackage", "AotiValidate"]
     assert Ref("out", "{name}.validation.json") in full.files
     assert Ref("out", "{name}.validation.json") not in bare.files
-    assert not full.gpu and table.shapes['["cuda",true]'].gpu
+    assert not full.gpu and table.shapes['["cuda","inductor","packaged",true]'].gpu
 
 
 def test_inputs_are_found_through_the_model_target(tables: dict[str, RuleTable]) -> None:
-    export, package, validate = tables["aoti_package"].shapes['["cpu",true]'].actions
+    export, compile_, join, validate = tables["aoti_package"].shapes[PACKAGED].actions
     model = [Ref("attr", f"model.{a}") for a in ("deps", "src", "weights")]
     assert export.inputs == (*model, Ref("out", "{name}.export.json"))
-    assert export.outputs == (Ref("out", "{name}.ep.pt2"), Ref("out", "{name}.golden.safetensors"))
-    # Packaging and validation read no model source: the early cutoff, under Bazel too.
-    assert package.inputs == (Ref("out", "{name}.ep.pt2"), Ref("out", "{name}.package.json"))
+    assert export.outputs == (
+        Ref("out", "{name}.golden.safetensors"),
+        Ref("out", "{name}.structure.pt2"),
+        Ref("out", "{name}.weights.safetensors"),
+    )
+    # The compile reads the structure alone (no weights, no model source), validation no
+    # model source: both early cutoffs, under Bazel too.
+    assert compile_.inputs == (
+        Ref("out", "{name}.compile.json"),
+        Ref("out", "{name}.structure.pt2"),
+    )
+    assert Ref("out", "{name}.weights.safetensors") in join.inputs
     assert not set(model) & set(validate.inputs)
     assert Ref("out", "{name}.golden.safetensors") in validate.inputs
-    assert [a.data() for a in package.argv] == [
+    assert [a.data() for a in compile_.argv] == [
         {"python": True},
         {"text": "-m"},
-        {"text": "kiln.actions.aoti_package"},
-        {"file": {"kind": "out", "value": "{name}.package.json"}},
+        {"text": "kiln.actions.aoti_compile"},
+        {"file": {"kind": "out", "value": "{name}.compile.json"}},
     ]
 
 
 def test_a_loader_among_the_outputs_gives_a_cc_library(tables: dict[str, RuleTable]) -> None:
-    assert tables["aoti_package"].shapes['["cpu",true]'].cc() == {
+    assert tables["aoti_package"].shapes[PACKAGED].cc() == {
         "srcs": ["{name}_loader/{name}.cpp"],
         "hdrs": ["{name}_loader/{name}.h"],
         "includes": ["{name}_loader"],
-        "data": ["{name}.pt2"],
+        # The weights file too: a weights = "separate" package loads it at start.
+        "data": ["{name}.pt2", "{name}.weights.safetensors"],
     }
 
 

@@ -76,15 +76,16 @@ def test_plan_writes_kilns_specs_under_bazels_root(
 ) -> None:
     assert _run(_request({}), tmp_path, monkeypatch) == 0
     out = tmp_path / ROOT / "models"
-    package = json.loads((out / "mlp_pt2.package.json").read_text())
-    assert package["program"] == f"{ROOT}/models/mlp_pt2.ep.pt2"
-    assert package["output"] == f"{ROOT}/models/mlp_pt2.pt2"
-    assert as_kiln((out / "mlp_pt2.package.json").read_text()).count("kiln-out/models/") == 2
+    join = json.loads((out / "mlp_pt2.join.json").read_text())
+    assert join["program"] == f"{ROOT}/models/mlp_pt2.program.pt2"
+    assert join["output"] == f"{ROOT}/models/mlp_pt2.pt2"
+    assert as_kiln((out / "mlp_pt2.join.json").read_text()).count("kiln-out/models/") == 4
     assert (out / "mlp_pt2_loader/mlp_pt2.h").read_text().count("class MlpPt2 {") == 1
     report = json.loads((out / "mlp_pt2.kiln_plan.json").read_text())
     assert [a["mnemonic"] for a in report["graph"]["actions"]] == [
         "TorchExport",
-        "AotiPackage",
+        "AotiCompile",
+        "AotiJoin",
         "AotiValidate",
     ]
 
