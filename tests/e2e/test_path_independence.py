@@ -32,8 +32,11 @@ ROOTS = ("kiln-out", "bazel-out/k8-fastbuild/bin")
 SOURCES = ("models/mlp.py", "models/mlp.safetensors")
 # The artifacts, relative to <root>/models: what must not depend on the root.
 ARTIFACTS = (
-    "mlp_pt2.ep.pt2",
+    "mlp_pt2.structure.pt2",
+    "mlp_pt2.weights.safetensors",
     "mlp_pt2.golden.safetensors",
+    "mlp_pt2.program.pt2",
+    "mlp_pt2.layout.json",
     "mlp_pt2.pt2",
     "mlp_pt2.validation.json",
     "mlp_pt2_loader/mlp_pt2.h",
@@ -123,12 +126,14 @@ def test_specs_differ_only_in_the_output_root(built: dict[str, Path]) -> None:
     kiln, bazel = built.values()
     specs = sorted(p.name for p in (kiln / kiln_root / "models").glob("*.json"))
     assert specs == [
+        "mlp_pt2.compile.json",
         "mlp_pt2.export.json",
-        "mlp_pt2.package.json",
+        "mlp_pt2.join.json",
+        "mlp_pt2.layout.json",
         "mlp_pt2.validate.json",
         "mlp_pt2.validation.json",
     ]
-    for name in specs[:3]:
+    for name in ("mlp_pt2.compile.json", "mlp_pt2.export.json", "mlp_pt2.join.json"):
         text = (kiln / kiln_root / "models" / name).read_text()
         assert f"{kiln_root}/models/" in text
         assert (bazel / bazel_root / "models" / name).read_text() == text.replace(

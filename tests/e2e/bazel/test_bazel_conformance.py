@@ -21,7 +21,10 @@ from tests.e2e.bazel.conftest import Twins
 MODELS = ("mlp_pt2", "resnet_pt2")
 ARTIFACTS = (
     "{name}.pt2",
-    "{name}.ep.pt2",
+    "{name}.structure.pt2",
+    "{name}.weights.safetensors",
+    "{name}.program.pt2",
+    "{name}.layout.json",
     "{name}.golden.safetensors",
     "{name}.validation.json",
     "{name}_loader.py",
@@ -30,7 +33,12 @@ ARTIFACTS = (
     "{name}_loader/{name}Config.cmake",
     "{name}_loader/{name}.BUILD.bazel",
 )
-SPECS = ("{name}.export.json", "{name}.package.json", "{name}.validate.json")
+SPECS = (
+    "{name}.export.json",
+    "{name}.compile.json",
+    "{name}.join.json",
+    "{name}.validate.json",
+)
 BAZEL_ONLY = ("{name}.kiln_target.json", "{name}.kiln_plan.json", "{name}_runfiles.h")
 
 
@@ -79,23 +87,29 @@ def test_bazel_makes_what_kiln_makes_and_only_its_own_extras(twins: Twins) -> No
 def test_the_plan_report_holds_the_actions_kiln_ran(twins: Twins) -> None:
     report = json.loads((twins.bazel_bin / "models/mlp_pt2.kiln_plan.json").read_text())
     actions = report["graph"]["actions"]
-    assert [a["mnemonic"] for a in actions] == ["TorchExport", "AotiPackage", "AotiValidate"]
+    assert [a["mnemonic"] for a in actions] == [
+        "TorchExport",
+        "AotiCompile",
+        "AotiJoin",
+        "AotiValidate",
+    ]
     assert actions[1]["argv"] == [
         "{python}",
         "-m",
-        "kiln.actions.aoti_package",
-        "bazel-out/k8-fastbuild/bin/models/mlp_pt2.package.json",
+        "kiln.actions.aoti_compile",
+        "bazel-out/k8-fastbuild/bin/models/mlp_pt2.compile.json",
     ]
-    # AotiPackage reads the exported program and its spec, not the model's source:
-    # a comment-only edit of mlp.py re-runs the export alone, under Bazel too.
-    assert actions[1]["inputs"] == [
-        "bazel-out/k8-fastbuild/bin/models/mlp_pt2.ep.pt2",
-        "bazel-out/k8-fastbuild/bin/models/mlp_pt2.package.json",
+    # AotiCompile reads the program's structure and its spec, not the model's source nor
+    # its weights: a comment-only edit of mlp.py re-runs the export alone, and retrained
+    # weights the export, the join and validation, under Bazel too.
+    assert sorted(actions[1]["inputs"]) == [
+        "bazel-out/k8-fastbuild/bin/models/mlp_pt2.compile.json",
+        "bazel-out/k8-fastbuild/bin/models/mlp_pt2.structure.pt2",
     ]
 
 
 def test_every_action_ran_once_in_a_sandbox(twins: Twins) -> None:
     """Per model: the planning action and kiln's actions (the weights for resnet)."""
     plans = 4  # mlp, mlp_pt2, resnet, resnet_pt2; resnet_weights below
-    torch = 3 + 3 + 1  # export, package, validate each; resnet's weights
+    torch = 4 + 4 + 1  # export, compile, join, validate each; resnet's weights
     assert twins.built.processes("processwrapper-sandbox") == plans + 1 + torch

@@ -33,7 +33,7 @@ def test_gpu_actions_require_a_gpu_and_the_plan_does_not(twins: Twins) -> None:
         "aquery", "--extra_execution_platforms=//gpu_platform:h200", f"deps({TARGET}, 1)"
     )
     actions = _actions(run.out)
-    for mnemonic in ("TorchExport", "AotiPackage", "AotiValidate"):
+    for mnemonic in ("TorchExport", "AotiCompile", "AotiJoin", "AotiValidate"):
         assert actions[mnemonic] == "{requires-gpu: 1}", mnemonic
     assert actions["KilnPlan"] == ""
 

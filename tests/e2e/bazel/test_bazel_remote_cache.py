@@ -17,7 +17,13 @@ import pytest
 from tests.bazel_workspace import Bazel, Result
 from tests.e2e.bazel.conftest import Twins
 
-FILES = ("mlp_pt2.pt2", "mlp_pt2.ep.pt2", "mlp_pt2.validation.json", "mlp_pt2.package.json")
+FILES = (
+    "mlp_pt2.pt2",
+    "mlp_pt2.structure.pt2",
+    "mlp_pt2.program.pt2",
+    "mlp_pt2.validation.json",
+    "mlp_pt2.compile.json",
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +41,7 @@ def test_second_output_base_hits_the_remote_for_every_action(
     _, built = second
     assert built.code == 0, built.err[-4000:]
     hits = built.processes("remote cache hit")
-    assert hits == 5  # the plans of mlp and mlp_pt2; export, package, validate
+    assert hits == 6  # the plans of mlp and mlp_pt2; export, compile, join, validate
     assert built.processes("processwrapper-sandbox") == 0  # nothing ran here
 
 
