@@ -11,7 +11,7 @@ For each model, alternately:
            runs torch._inductor.aoti_compile_and_package into a fresh, empty
            inductor cache, then in a second fresh process loads the package and
            compares it with eager at the min, opt and max batch — the work of
-           kiln's TorchExport, AotiPackage and AotiValidate actions.
+           kiln's TorchExport, AotiCompile + AotiJoin and AotiValidate actions.
   kiln     `kiln build //models:<name>_pt2` in a copy of models/ with an empty
            disk cache, in a fresh process (which starts a persistent worker).
   no-op    the same kiln build again: never imports torch.

@@ -27,6 +27,7 @@ WEIGHTED = TorchModelInfo(
     MLP.src,
     (),
     File("models/w.safetensors"),
+    (),
 )
 
 

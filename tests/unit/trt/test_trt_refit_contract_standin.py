@@ -66,6 +66,7 @@ TINY = TorchModelInfo(
     _BASE.src,
     (),
     None,
+    (),
 )
 
 
