@@ -488,7 +488,7 @@ RULES = {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
                     "includes": ["{name}_loader"],
-                    "data": ["{name}.pt2", "{name}.weights.safetensors"],
+                    "data": ["{name}.pt2"],
                 },
             },
             "[\"cpu\",\"inductor\",\"packaged\",true]": {
@@ -679,7 +679,7 @@ RULES = {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
                     "includes": ["{name}_loader"],
-                    "data": ["{name}.pt2", "{name}.weights.safetensors"],
+                    "data": ["{name}.pt2"],
                 },
             },
             "[\"cpu\",\"inductor\",\"separate\",false]": {
@@ -829,7 +829,7 @@ RULES = {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
                     "includes": ["{name}_loader"],
-                    "data": ["{name}.pt2", "{name}.weights.safetensors"],
+                    "data": ["{name}.pt2"],
                 },
             },
             "[\"cpu\",\"inductor\",\"separate\",true]": {
@@ -1021,7 +1021,7 @@ RULES = {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
                     "includes": ["{name}_loader"],
-                    "data": ["{name}.pt2", "{name}.weights.safetensors"],
+                    "data": ["{name}.pt2"],
                 },
             },
             "[\"cuda\",\"inductor\",\"packaged\",false]": {
@@ -1171,7 +1171,7 @@ RULES = {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
                     "includes": ["{name}_loader"],
-                    "data": ["{name}.pt2", "{name}.weights.safetensors"],
+                    "data": ["{name}.pt2"],
                 },
             },
             "[\"cuda\",\"inductor\",\"packaged\",true]": {
@@ -1362,7 +1362,7 @@ RULES = {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
                     "includes": ["{name}_loader"],
-                    "data": ["{name}.pt2", "{name}.weights.safetensors"],
+                    "data": ["{name}.pt2"],
                 },
             },
             "[\"cuda\",\"inductor\",\"separate\",false]": {
@@ -1512,7 +1512,7 @@ RULES = {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
                     "includes": ["{name}_loader"],
-                    "data": ["{name}.pt2", "{name}.weights.safetensors"],
+                    "data": ["{name}.pt2"],
                 },
             },
             "[\"cuda\",\"inductor\",\"separate\",true]": {
@@ -1704,7 +1704,7 @@ RULES = {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
                     "includes": ["{name}_loader"],
-                    "data": ["{name}.pt2", "{name}.weights.safetensors"],
+                    "data": ["{name}.pt2"],
                 },
             },
             "[\"cuda\",\"tensorrt\",\"packaged\",false]": {

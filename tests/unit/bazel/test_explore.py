@@ -90,8 +90,7 @@ def test_a_loader_among_the_outputs_gives_a_cc_library(tables: dict[str, RuleTab
         "srcs": ["{name}_loader/{name}.cpp"],
         "hdrs": ["{name}_loader/{name}.h"],
         "includes": ["{name}_loader"],
-        # The weights file too: a weights = "separate" package loads it at start.
-        "data": ["{name}.pt2", "{name}.weights.safetensors"],
+        "data": ["{name}.pt2"],
     }
 
 

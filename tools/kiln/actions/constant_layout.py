@@ -212,6 +212,11 @@ def _entry(
     code: Mapping[str, torch.Tensor],
 ) -> ConstantEntry:
     kind = _KINDS.get(row.type)
+    if kind is None and row.type == 0 and row.fqn in weights:
+        # AOTInductor types the weights of a top-level nn.Sequential ("0.weight") as
+        # Unknown. The name is one of the program's parameters or buffers, and the
+        # blob check of layout_of holds its bytes to that placeholder's.
+        kind = "weight"
     if kind == "weight":
         tensor = weights.get(row.fqn)
         if tensor is None:

@@ -138,15 +138,14 @@ class RuleShape:
     def cc(self) -> dict[str, list[str]] | None:
         """A C++ library among the target's files (a loader), for its `<name>_cc`
         cc_library: sources, headers, the folders holding headers, and the packages
-        (.pt2) it loads as data, with their weights files (an aoti_package's
-        <name>.weights.safetensors: what a weights = "separate" package loads at start)."""
+        (.pt2) it loads as data."""
         names = [r.value for r in self.files if r.kind == "out"]
         hdrs = [n for n in names if n.endswith((".h", ".hpp"))]
         srcs = [n for n in names if n.endswith((".cpp", ".cc"))]
         if not hdrs and not srcs:
             return None
         folders = sorted({h.rpartition("/")[0] for h in hdrs if "/" in h})
-        data = [n for n in names if n.endswith((".pt2", ".weights.safetensors"))]
+        data = [n for n in names if n.endswith(".pt2")]
         return {"srcs": srcs, "hdrs": hdrs, "includes": folders, "data": data}
 
     def data(self) -> dict[str, Json]:
