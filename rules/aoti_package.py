@@ -139,7 +139,9 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
     model = ctx.provider("model", attrs.model, TorchModelInfo, "a torch_model target")
     if attrs.backend == "tensorrt" and attrs.device != "cuda":
         raise ctx.error("backend = 'tensorrt' needs device = 'cuda'")
-    flavour = next((d for d in TRT_DISTRIBUTIONS if ctx.host.version(d)), None)
+    # A CUDA package is built where GPU actions run: that machine's distributions count.
+    host = ctx.gpu_host if attrs.device == "cuda" else ctx.host
+    flavour = next((d for d in TRT_DISTRIBUTIONS if host.version(d)), None)
     if attrs.backend == "tensorrt" and flavour is None:
         raise ctx.error(
             "backend = 'tensorrt' needs torch_tensorrt, which is not installed",

@@ -341,4 +341,5 @@ TENSORRT: Toolchain[Probe] = Toolchain(
     "whether it can cross-compile for Windows: probed in the actions' interpreter",
     _resolve,
     example=_capable,
+    gpu=True,
 )

@@ -22,8 +22,9 @@ fi
 pip=("$venv/bin/python" -m pip --quiet --disable-pip-version-check)
 # torch==2.13.0 first and on its own: on this workplace's machines pip takes
 # its CPU build from local disk; resolved together with other packages it can
-# be tempted towards a multi-GB CUDA download.
+# be tempted towards a multi-GB CUDA download. The ray extra is what
+# --remote_executor and its tests need (about 10 s, 240 MB).
 "${pip[@]}" install "torch==2.13.0" 2> >(grep -v "^WARNING: Location" >&2)
-"${pip[@]}" install -e "$root[torch,dev]" 2> >(grep -v "^WARNING: Location" >&2)
+"${pip[@]}" install -e "$root[torch,dev,ray]" 2> >(grep -v "^WARNING: Location" >&2)
 echo "$want" > "$stamp"
 echo "kiln: environment ready" >&2

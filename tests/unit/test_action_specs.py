@@ -26,7 +26,7 @@ from kiln.action_specs import (
     TrtLoaderSpec,
 )
 from kiln.analysis.analyzer import Analyzer
-from kiln.host_facts import HostFacts
+from kiln.host_facts import HostFacts, ToolchainResolver
 from kiln.loading.graph import GraphBuilder
 from kiln.rules import load_rule
 
@@ -93,7 +93,9 @@ def _analyze(make_workspace: MakeWorkspace, tmp_path: Path, monkeypatch: Any) ->
     loader = ws.loader()
     labels = [f"//models:{t}" for t in ("mlp_pt2", "mlp_cuda", "init", "mlp_trt", "mlp_win")]
     graph = GraphBuilder(loader).build(labels)
-    analyzer = Analyzer(graph, load_rule, loader.location_of, HostFacts.of_this_machine())
+    analyzer = Analyzer(
+        graph, load_rule, loader.location_of, ToolchainResolver(HostFacts.of_this_machine())
+    )
     return analyzer.analyze(labels).actions
 
 

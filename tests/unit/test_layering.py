@@ -42,6 +42,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kiln.exec": (
         *LEAVES,
         "kiln.action_graph",
+        "kiln.host_facts",  # platform_match: does this machine match an action's platform
         "kiln.layout",
         "kiln.cache",
         "kiln.state_file",
@@ -55,6 +56,17 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "kiln.pip_lock",
         "kiln.rule_api",
         "kiln.rules",
+    ),
+    # --remote_executor on Ray: below the CLI, above the executor it plugs into (its
+    # RemoteSpawner seam); workers on nodes probe TensorRT through the catalogue's toolchain
+    "kiln.remote_exec": (
+        *LEAVES,
+        "kiln.action_graph",
+        "kiln.host_facts",
+        "kiln.layout",
+        "kiln.cache",
+        "kiln.exec",
+        "kiln.rules.toolchain",
     ),
     "kiln.query": (*LEAVES, "kiln.label", "kiln.loading"),
     # kiln's rules under Bazel: the planning action runs the rules, the generator explores

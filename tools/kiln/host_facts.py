@@ -6,9 +6,15 @@ distributions) are gathered once per build into a frozen HostFacts, read as
 ones it reads (`Rule(toolchains = (GPUS,))`, as Bazel's `toolchains = [...]`)
 and reads them as `ctx.toolchain(GPUS)`; each is resolved at most once per
 build, when first read, and the analysis cache is keyed on the HostFacts and
-on the value of every toolchain that was read. The remote executor can hand
-analysis the facts of the machines that will run the actions instead of this
-one's.
+on the value of every toolchain that was read.
+
+A toolchain marked `gpu` describes the machine GPU actions run on. When they
+run on a cluster (--remote_executor on a host without GPUs), the resolver is
+given a RemotePlatform and resolves those toolchains there, on a GPU node,
+as that node would resolve them locally; GPU_HOST is that machine's
+HostFacts, which GPU actions' platform properties are made from. So a
+GPU-less driver computes the very key a GPU machine computes for itself, and
+a result built on either is a cache hit for the other.
 
 A leaf module that kiln.rule_api re-exports: the analysis cache unpickles these
 on a no-op build, which must not import pydantic.
@@ -21,7 +27,7 @@ import platform
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from kiln import machine
 from kiln.machine import Gpu
@@ -77,21 +83,45 @@ class Toolchain(Generic[T]):
     # What a host able to build every target would give: kiln.bazel.generate analyzes
     # the rules with it, to find their whole action graph without probing anything.
     example: Callable[[], T] | None = field(default=None, compare=False)
+    gpu: bool = False  # a fact of the machine GPU actions run on (see RemotePlatform)
+
+
+class RemotePlatform(Protocol):
+    """The machine GPU actions run on when it is not this one (a cluster's GPU node)."""
+
+    def resolve(self, toolchain: Toolchain[T]) -> T:
+        """`toolchain.resolve(<that machine's HostFacts>)`, run on that machine."""
+        ...
 
 
 class ToolchainResolver:
-    """Resolves toolchains for one build, each at most once, and remembers what was read."""
+    """Resolves toolchains for one build, each at most once, and remembers what was read.
 
-    def __init__(self, host: HostFacts):
+    With a `gpu_platform`, toolchains marked `gpu` are resolved there.
+    """
+
+    def __init__(self, host: HostFacts, gpu_platform: RemotePlatform | None = None):
         self.host = host
+        self.gpu_platform = gpu_platform
         self.read: dict[str, tuple[Toolchain[Any], Any]] = {}
 
     def get(self, toolchain: Toolchain[T]) -> T:
         known = self.read.get(toolchain.name)
         if known is None:
-            known = self.read[toolchain.name] = (toolchain, toolchain.resolve(self.host))
+            known = self.read[toolchain.name] = (toolchain, self.resolve(toolchain))
         value: T = known[1]
         return value
+
+    def resolve(self, toolchain: Toolchain[T]) -> T:
+        """The toolchain's value now, unremembered (the analysis cache checks with it)."""
+        if toolchain.gpu and self.gpu_platform is not None:
+            return self.gpu_platform.resolve(toolchain)
+        return toolchain.resolve(self.host)
+
+    @property
+    def gpu_host(self) -> HostFacts:
+        """The host facts of the machine GPU actions run on."""
+        return self.get(GPU_HOST)
 
 
 def _gpus(host: HostFacts) -> tuple[Gpu, ...]:
@@ -109,6 +139,27 @@ GPUS: Toolchain[tuple[Gpu, ...]] = Toolchain(
     "the CUDA GPUs visible here (nvidia-smi, respecting CUDA_VISIBLE_DEVICES)",
     _gpus,
     example=_example_gpus,
+    gpu=True,
 )
 
-__all__ = ["GPUS", "Gpu", "HostFacts", "Toolchain", "ToolchainResolver"]
+
+def _host(host: HostFacts) -> HostFacts:
+    return host
+
+
+GPU_HOST: Toolchain[HostFacts] = Toolchain(
+    "gpu_host",
+    "the host facts (OS, Python, distributions) of the machine GPU actions run on",
+    _host,
+    gpu=True,
+)
+
+__all__ = [
+    "GPUS",
+    "GPU_HOST",
+    "Gpu",
+    "HostFacts",
+    "RemotePlatform",
+    "Toolchain",
+    "ToolchainResolver",
+]

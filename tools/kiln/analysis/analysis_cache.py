@@ -14,7 +14,8 @@ depends on, and so what the cache is keyed on:
   interpreter that runs the actions (it is in their argv);
 - the value of every toolchain a rule read (ctx.toolchain): each is resolved
   again and compared, so a new GPU or TensorRT means a fresh analysis, and a
-  build that read none pays nothing.
+  build that read none pays nothing. Resolved through the build's resolver: a
+  GPU toolchain that came from the cluster is asked of the cluster again.
 
 Only what execution needs is kept: the actions, and the files of each
 requested target. Unpickling it needs neither pydantic nor the rules.
@@ -30,7 +31,7 @@ from typing import Any
 from kiln import state_file
 from kiln.action_graph import Action, File
 from kiln.code_digest import CodeStamp
-from kiln.host_facts import HostFacts, Toolchain
+from kiln.host_facts import HostFacts, Toolchain, ToolchainResolver
 from kiln.loading.graph import TargetGraph
 from kiln.loading.loader import PackageLoader
 
@@ -66,8 +67,13 @@ class AnalysisCache:
         self.path = path
 
     def load(
-        self, loader: PackageLoader, graph: TargetGraph, labels: list[str], host: HostFacts
+        self,
+        loader: PackageLoader,
+        graph: TargetGraph,
+        labels: list[str],
+        resolver: ToolchainResolver,
     ) -> CachedAnalysis | None:
+        host = resolver.host
         data = state_file.read(self.path, FORMAT, _is_valid, "the analysis cache")
         if data is None or data["fingerprint"] != fingerprint(loader, graph, labels, host):
             return None
@@ -75,7 +81,7 @@ class AnalysisCache:
         if not code.is_current():
             return None
         toolchains: list[tuple[Toolchain[Any], Any]] = data["toolchains"]
-        if any(toolchain.resolve(host) != value for toolchain, value in toolchains):
+        if any(resolver.resolve(toolchain) != value for toolchain, value in toolchains):
             return None
         cached: CachedAnalysis = data["analysis"]
         return cached

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from kiln.action_graph import GENERATED_ROOT, Action, File
 from kiln.errors import KilnError, Location
-from kiln.host_facts import HostFacts, ToolchainResolver
+from kiln.host_facts import ToolchainResolver
 from kiln.loading.graph import TargetGraph
 from kiln.loading.package import GENERATED_FILE, SOURCE_FILE, Target
 from kiln.rule_api.context import AnalysisError, RuleContext
@@ -37,12 +37,12 @@ class Analyzer:
         graph: TargetGraph,
         load_rule: Callable[[str], Rule],
         locate: Callable[[Target], Location],
-        host: HostFacts,
+        toolchains: ToolchainResolver,
     ):
         self.graph = graph
         self.load_rule = load_rule
         self.locate = locate
-        self.toolchains = ToolchainResolver(host)
+        self.toolchains = toolchains
         self.analyzed: dict[str, AnalyzedTarget] = {}
         self.actions: list[Action] = []
         self.producer: dict[str, Action] = {}

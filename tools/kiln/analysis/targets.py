@@ -7,7 +7,7 @@ from collections.abc import Callable
 from kiln.action_graph import needed_actions
 from kiln.analysis.analysis_cache import AnalysisCache, CachedAnalysis
 from kiln.errors import KilnError
-from kiln.host_facts import HostFacts
+from kiln.host_facts import ToolchainResolver
 from kiln.loading.graph import TargetGraph
 from kiln.loading.loader import PackageLoader
 
@@ -17,7 +17,7 @@ def analyze_targets(
     graph: TargetGraph,
     labels: list[str],
     cache: AnalysisCache,
-    host: HostFacts,
+    resolver: ToolchainResolver,
     *,
     keep_going: bool,
     report: Callable[[KilnError], None],
@@ -27,14 +27,14 @@ def analyze_targets(
     With --keep_going a target whose analysis fails (a bad genrule, a toolchain
     preflight) is reported and left out; the others still build.
     """
-    cached = cache.load(loader, graph, labels, host)
+    cached = cache.load(loader, graph, labels, resolver)
     if cached is not None:
         return cached
 
     from kiln.analysis.analyzer import Analyzer
     from kiln.rules import load_rule
 
-    analyzer = Analyzer(graph, load_rule, loader.location_of, host)
+    analyzer = Analyzer(graph, load_rule, loader.location_of, resolver)
     analyzed: list[str] = []
     failed = False
     for label in labels:
@@ -54,5 +54,5 @@ def analyze_targets(
     analysis = CachedAnalysis(requested, needed_actions(list(dict.fromkeys(roots)), producer))
     if not failed:
         toolchains = list(analyzer.toolchains.read.values())
-        cache.store(loader, graph, labels, host, toolchains, analysis)
+        cache.store(loader, graph, labels, resolver.host, toolchains, analysis)
     return analysis

@@ -40,6 +40,7 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
 
 from kiln.cache.action_cache import ActionResult
@@ -168,11 +169,15 @@ class RemoteCache:
 
     def upload(self, digest: Digest, cas: ContentStore, executable: bool = False) -> None:
         """Send the local blob (either variant) to the server."""
-        if digest.size == 0:
-            return
         path = cas.path(digest, executable)
         if not cas.has(digest, executable):
             path = cas.path(digest, not executable)
+        self.upload_file(digest, path)
+
+    def upload_file(self, digest: Digest, path: Path) -> None:
+        """Send the file at path, whose digest the caller knows (a source, a blob)."""
+        if digest.size == 0:
+            return
         body = _Body(digest.size, file=str(path))
         self._exchange("PUT", self._path("cas", digest.hash), body, _check_put)
         with self._lock:

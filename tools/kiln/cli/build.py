@@ -11,6 +11,7 @@ from kiln.action_graph import Action, ActionGraph
 from kiln.analysis.analysis_cache import AnalysisCache
 from kiln.analysis.targets import analyze_targets
 from kiln.cli.build_options import BuildOptions, build_options, parse_action_env
+from kiln.cli.remote_execution import RemoteExecution, remote_execution, toolchain_resolver
 from kiln.cli.reports import Reports, open_reports
 from kiln.cli.session import Session
 from kiln.cli.summary import print_summary, withdrawn_line
@@ -53,6 +54,15 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
     from kiln.cli.execution import execute_graph  # the executor and the caches
 
     _check_output_root(session)
+    limits = Limits(
+        jobs=options.jobs or host.cpu_count(),
+        gpus=host.gpu_count() if options.gpus is None else options.gpus,
+        memory_mb=host.memory_mb() * 2 // 3
+        if options.local_ram_mb is None
+        else options.local_ram_mb,
+    )
+    host_facts = HostFacts.of_this_machine()
+    remote = remote_execution(options, host_facts, limits.gpus)  # flags checked before loading
     reports.phase("loading")
     errors: list[KilnError] = []
     on_error = _Reporter(errors) if options.keep_going else None
@@ -73,7 +83,7 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
             graph,
             labels,
             AnalysisCache(session.output_base.analysis_cache),
-            HostFacts.of_this_machine(),
+            toolchain_resolver(remote, host_facts),
             keep_going=options.keep_going,
             report=lambda error: _report(error, errors),
         )
@@ -84,15 +94,8 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
             click.echo(f"INFO: {withdrawn_line(gone)}", err=True)
         raise
 
-    limits = Limits(
-        jobs=options.jobs or host.cpu_count(),
-        gpus=host.gpu_count() if options.gpus is None else options.gpus,
-        memory_mb=host.memory_mb() * 2 // 3
-        if options.local_ram_mb is None
-        else options.local_ram_mb,
-    )
     actions = _with_env(analysis.actions, parse_action_env(options.action_env))
-    actions = _check_gpus(actions, limits, errors, keep_going=options.keep_going)
+    actions = _check_gpus(actions, limits, remote, errors, keep_going=options.keep_going)
 
     reports.phase("execution")
 
@@ -102,7 +105,9 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
         return str(loader.location_of(target))
 
     action_graph = ActionGraph.of(actions)
-    result, seconds = execute_graph(session, options, action_graph, limits, locate, reports)
+    result, seconds = execute_graph(
+        session, options, action_graph, limits, locate, reports, remote
+    )
     unbuilt = unbuilt_owners(action_graph, [o.action for o in result.failed])
     unbuilt |= {e.label for e in errors if e.label}  # refused before running (a GPU)
     withdrawn = withdraw(analysis.actions, unbuilt, session.workspace.root)
@@ -185,13 +190,19 @@ class _Reporter:
 
 
 def _check_gpus(
-    actions: list[Action], limits: Limits, errors: list[KilnError], *, keep_going: bool
+    actions: list[Action],
+    limits: Limits,
+    remote: RemoteExecution,
+    errors: list[KilnError],
+    *,
+    keep_going: bool,
 ) -> list[Action]:
-    """The actions this machine can run; those needing more GPUs than it has fail here."""
+    """The actions that can run (here, or on the remote executor); those needing more GPUs
+    than this machine has, and not sent elsewhere, fail here."""
     runnable: list[Action] = []
     blocked: set[str] = set()  # outputs that will not exist
     for action in actions:  # dependencies come first
-        if action.resources.gpu > limits.gpus:
+        if action.resources.gpu > limits.gpus and remote.policy.placement(action) != "remote":
             error = KilnError(
                 f"{action.describe()} needs {action.resources.gpu} GPU(s), "
                 f"but {limits.gpus} are available",

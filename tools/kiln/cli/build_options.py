@@ -14,6 +14,7 @@ from kiln.errors import KilnError
 
 if TYPE_CHECKING:
     from kiln.cache.remote import RemoteCache
+    from kiln.exec.placement import Placement
 
 _SIZE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
@@ -56,7 +57,7 @@ class BuildOptions:
     gpus: int | None
     local_ram_mb: int | None
     keep_going: bool
-    strategy: str
+    strategy: tuple[str, ...]  # worker|local|remote|dynamic, or Mnemonic=...
     worker_max_instances: int
     action_timeout: float | None
     disk_cache: Path | None
@@ -75,6 +76,45 @@ class BuildOptions:
     remote_header: tuple[str, ...] = ()
     remote_timeout: float = 60.0
     remote_instance_name: str = ""
+    remote_executor: str | None = None
+    spawn_strategy: str | None = None
+    remote_local_fallback: bool = False
+    remote_retries: int = 2
+
+    @property
+    def local_strategy(self) -> str:
+        """worker or local: how Python actions run here (the last bare --strategy)."""
+        bare = [s for s in self.strategy if "=" not in s and s in ("worker", "local")]
+        return bare[-1] if bare else "worker"
+
+    def strategies(self) -> tuple[Placement | None, dict[str, Placement]]:
+        """(--spawn_strategy, or a bare remote/dynamic --strategy; per-mnemonic ones)."""
+        from kiln.exec.placement import STRATEGIES
+
+        default: str | None = self.spawn_strategy
+        by_mnemonic: dict[str, str] = {}
+        for item in self.strategy:
+            mnemonic, sep, value = item.rpartition("=")
+            if value not in STRATEGIES or (sep and not mnemonic.isidentifier()):
+                raise KilnError(
+                    f"invalid --strategy '{item}'",
+                    hint="write --strategy=worker|local|remote|dynamic, or "
+                    "--strategy=Mnemonic=worker|local|remote|dynamic (e.g. TorchExport=remote)",
+                )
+            if sep:
+                by_mnemonic[mnemonic] = value
+            elif value in ("remote", "dynamic"):
+                default = value
+        wants_remote = default in ("remote", "dynamic") or any(
+            v in ("remote", "dynamic") for v in by_mnemonic.values()
+        )
+        if wants_remote and not self.remote_executor:
+            raise KilnError(
+                "a remote or dynamic strategy needs --remote_executor",
+                hint="pass --remote_executor=ray://HOST:PORT (and --remote_cache=URL), or "
+                "drop the remote strategy",
+            )
+        return default, by_mnemonic  # type: ignore[return-value]  # checked against STRATEGIES
 
 
 # Variables that change what Python imports or runs from outside the action's inputs and
@@ -135,10 +175,20 @@ def build_options(function: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--strategy",
-            type=click.Choice(["worker", "local"]),
-            default="worker",
-            show_default=True,
-            help="Run Python actions in persistent workers or as plain processes",
+            multiple=True,
+            default=(),
+            metavar="[MNEMONIC=]worker|local|remote|dynamic",
+            help="worker (default) or local: run Python actions in persistent workers or as "
+            "plain processes; remote or dynamic as --spawn_strategy; MNEMONIC=S for one "
+            "mnemonic's actions (--strategy=TrtEngine=remote); repeatable",
+        ),
+        click.option(
+            "--spawn_strategy",
+            type=click.Choice(["worker", "local", "remote", "dynamic"]),
+            default=None,
+            help="Where actions run: here (worker, local), on --remote_executor (remote), or "
+            "both at once, the first success winning (dynamic) [default: remote only the "
+            "actions this host cannot run: a GPU or a toolchain it lacks]",
         ),
         click.option(
             "--worker_max_instances",
@@ -238,6 +288,27 @@ def build_options(function: Callable[..., Any]) -> Callable[..., Any]:
             default=60.0,
             show_default=True,
             help="Seconds to wait for the remote cache before building without it",
+        ),
+        click.option(
+            "--remote_executor",
+            default=None,
+            metavar="ray://HOST:PORT",
+            help="A Ray cluster to run actions on (Ray Client address of its head; needs "
+            "--remote_cache, through which inputs and outputs travel)",
+        ),
+        click.option(
+            "--remote_local_fallback/--noremote_local_fallback",
+            default=False,
+            show_default=True,
+            help="Run an action here when the remote executor cannot be reached (if this "
+            "host can run it) instead of failing",
+        ),
+        click.option(
+            "--remote_retries",
+            type=click.IntRange(min=0),
+            default=2,
+            show_default=True,
+            help="Times a remote action is run again when its worker or node dies under it",
         ),
         click.option(
             "--remote_instance_name",

@@ -9,15 +9,21 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from kiln.action_graph import ActionGraph
 from kiln.cli.build_options import BuildOptions, parse_size, remote_cache_client
+from kiln.cli.remote_execution import RemoteExecution
 from kiln.cli.reports import FanOut, Reports
 from kiln.cli.session import Session
 from kiln.cli.status import StatusPrinter
 from kiln.exec.executor import ExecOptions, open_executor
 from kiln.exec.scheduler import Limits, Reporter, Scheduler, ScheduleResult
 from kiln.layout import DiskCache, cache_home
+
+if TYPE_CHECKING:
+    from kiln.cache.cas import ContentStore
+    from kiln.exec.remote_spawn import RemoteSpawner
 
 
 def execute_graph(
@@ -27,6 +33,7 @@ def execute_graph(
     limits: Limits,
     locate: Callable[[str], str],
     reports: Reports,
+    remote_execution: RemoteExecution,
 ) -> tuple[ScheduleResult, float]:
     """Run the graph; the result and the seconds it took."""
     disk_cache = DiskCache.at(
@@ -36,7 +43,7 @@ def execute_graph(
     remote = remote_cache_client(options)  # None without --remote_cache
     exec_options = ExecOptions(
         digest_function=options.digest_function,
-        strategy="worker" if options.strategy == "worker" else "local",
+        strategy="worker" if options.local_strategy == "worker" else "local",
         worker_max_instances=options.worker_max_instances,
         action_timeout=options.action_timeout,
         explain=options.explain,
@@ -45,6 +52,7 @@ def execute_graph(
         pip_find_links=tuple(
             str((session.workspace.root / d).expanduser().resolve()) for d in options.pip_find_links
         ),
+        remote_local_fallback=options.remote_local_fallback,
     )
     with open_executor(
         session.workspace.root, session.output_base, disk_cache, exec_options
@@ -63,13 +71,24 @@ def execute_graph(
                     upload_local_results=options.remote_upload_local_results,
                     warn=lambda message: status.print(f"WARNING: {message}"),
                 )
+            executor.placement = remote_execution.policy
+            if remote_execution.cluster is not None:
+                assert remote is not None  # remote_execution() insists on --remote_cache
+                executor.remote_spawner = _ray_spawner(
+                    options, remote_execution, executor.cas, status.print
+                )
             reporters: list[Reporter] = [status]
             reporters += [r for r in (reports.events, reports.profile) if r is not None]
             if reports.events:
                 reports.events.emit("build_started", actions=len(graph))
             start = time.monotonic()
             scheduler = Scheduler(
-                graph, limits, executor, FanOut(reporters), keep_going=options.keep_going
+                graph,
+                limits,
+                executor,
+                FanOut(reporters),
+                keep_going=options.keep_going,
+                reserved=remote_execution.policy.reserved,
             )
             result = scheduler.run()
         finally:
@@ -86,3 +105,34 @@ def execute_graph(
 
         collect(disk_cache.root, parse_size(options.disk_cache_max_size))
     return result, seconds
+
+
+def _ray_spawner(
+    options: BuildOptions,
+    remote_execution: RemoteExecution,
+    cas: ContentStore,
+    echo: Callable[[str], None],
+) -> RemoteSpawner:
+    """The Ray spawner, with a remote-cache client of its own (uploads, downloads)."""
+    from kiln.cache.remote import parse_header
+    from kiln.remote_exec.protocol import CacheConfig
+    from kiln.remote_exec.spawner import RaySpawner
+
+    assert remote_execution.cluster is not None and options.remote_cache
+    client = remote_cache_client(options)
+    assert client is not None
+    config = CacheConfig(
+        options.remote_cache,
+        tuple(parse_header(text) for text in options.remote_header),
+        options.remote_timeout,
+        options.remote_instance_name,
+    )
+    return RaySpawner(
+        remote_execution.cluster,
+        client,
+        cas,
+        config,
+        digest_function=options.digest_function,
+        retries=options.remote_retries,
+        warn=lambda message: echo(f"WARNING: {message}"),
+    )

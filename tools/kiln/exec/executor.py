@@ -6,9 +6,14 @@
                                           miss     -> execroot -> spawn -> check outputs
                                                       -> CAS + action cache -> materialize
                                                       -> upload to the remote cache
+                                          remote   -> inputs by digest -> RemoteSpawner
+                                                      (remote_spawn.py: outputs come back
+                                                      as verified blobs) -> action cache
+                                                      -> materialize
 
 Commands run through a Spawner (spawn.py): a local process, or a persistent
-worker for Python actions under --strategy=worker. Outputs reach kiln-out/
+worker for Python actions under --strategy=worker; with --remote_executor,
+the placement policy (placement.py) sends some to a RemoteSpawner instead. Outputs reach kiln-out/
 as hardlinks of CAS blobs, each placed atomically, so no partial file is
 ever visible there. Nothing is cached for an action that failed or was
 interrupted. open_executor() opens the executor's logs (action state,
@@ -41,6 +46,8 @@ from kiln.exec.outcome import ActionOutcome, Failure, Source
 from kiln.layout import DiskCache, OutputBase
 
 if TYPE_CHECKING:
+    from kiln.exec.placement import PlacementPolicy
+    from kiln.exec.remote_spawn import RemoteSpawner, RemoteSpawnResult
     from kiln.exec.remote_spawn_cache import RemoteSpawnCache
     from kiln.exec.spawn import Spawner
     from kiln.pyenv.environment import EnvironmentStore
@@ -67,6 +74,9 @@ class ExecOptions:
     worker_preload: tuple[str, ...] = ("torch", "torch._inductor")
     # --pip_find_links: Python environments are made offline from these wheelhouses.
     pip_find_links: tuple[str, ...] = ()
+    # --remote_local_fallback: an action the cluster cannot be reached for runs here
+    # (when this host can run it) instead of failing.
+    remote_local_fallback: bool = False
 
 
 class _ActionFailed(Exception):
@@ -100,6 +110,9 @@ class Executor:
     # The spawners, made when the first action runs, unless given.
     local: Spawner | None = None
     worker: Spawner | None = None  # --strategy=worker: `python -m` actions
+    # --remote_executor: where each action runs, and the spawner of those that leave.
+    placement: PlacementPolicy | None = None
+    remote_spawner: RemoteSpawner | None = None
     outputs: BuiltOutputs = field(default_factory=BuiltOutputs)
     # Keys by the action's first output, which names one action of the graph; the
     # action is kept to tell it from another declaring that output (tests, reruns).
@@ -154,7 +167,8 @@ class Executor:
             done = _Done(None, lane, Failure(failed.message))
         if done.failure is None:
             self.explain_log.record(action, key)
-            if self.remote is not None:
+            # A remote executor wrote its result to the remote cache itself.
+            if self.remote is not None and done.source is not Source.RAN_REMOTELY:
                 self.remote.upload(key.key)
         return ActionOutcome(
             action,
@@ -171,13 +185,13 @@ class Executor:
     def interrupt(self) -> None:
         """Ctrl-C: kill what runs; nothing more is stored."""
         self._interrupted = True
-        for spawner in (self.local, self.worker):
+        for spawner in (self.local, self.worker, self.remote_spawner):
             if spawner is not None:
                 spawner.cancel_all()
 
     def shutdown(self) -> None:
         self.execroots.close()
-        for spawner in (self.local, self.worker):
+        for spawner in (self.local, self.worker, self.remote_spawner):
             if spawner is not None:
                 spawner.close()
         if self.remote is not None:
@@ -253,6 +267,13 @@ class Executor:
         from kiln.exec import execroot_files as files
         from kiln.exec.spawn import SpawnRequest
 
+        placement = self.placement.placement(action) if self.placement is not None else None
+        if placement in ("remote", "dynamic") and self.remote_spawner is not None:
+            remote = self._run_remotely(action, key, lane)
+            if remote is not None:
+                return remote
+            # unreachable, and --remote_local_fallback: on with it here
+
         try:
             argv = self._argv(action)
         except KilnError as error:
@@ -265,7 +286,7 @@ class Executor:
             env.setdefault("TMPDIR", str(root / ".tmp"))
             if self.options.verbose_failures:
                 env[VERBOSE_FAILURES_ENV] = "1"
-            spawner = self._spawner_for(action)
+            spawner = self._spawner_for(action, placement)
             before = files.input_stats(root, digests)
             run = spawner.spawn(
                 SpawnRequest(
@@ -345,9 +366,43 @@ class Executor:
             environments = self._environments
         return (environments.python_for(action.python_env), *action.argv[1:])
 
-    def _spawner_for(self, action: Action) -> Spawner:
+    def _run_remotely(self, action: Action, key: ActionKey, lane: str) -> _Done | None:
+        """Run the action on the remote executor; None if the cluster is unreachable and
+        the action may run here instead (--remote_local_fallback)."""
+        from kiln.exec.remote_spawn import RemoteInput, RemoteSpawn
+
+        assert self.remote_spawner is not None
+        inputs: dict[str, RemoteInput] = {}
+        for path, digest in self._input_files(action).items():
+            if path.startswith(GENERATED_ROOT + "/"):
+                executable = path in self.outputs.executable
+                inputs[path] = RemoteInput(digest, executable, self.cas.path(digest, executable))
+            else:
+                source = self.workspace_root / path
+                inputs[path] = RemoteInput(digest, os.access(source, os.X_OK), source)
+        ran = self.remote_spawner.spawn_remote(
+            RemoteSpawn(action, key.key, inputs, self.options.action_timeout)
+        )
+        if self._interrupted:
+            return _Done(None, ran.lane or lane, Failure("interrupted"))
+        if ran.unreachable and self._may_fall_back(action):
+            return None
+        if ran.result is None:
+            ran_at = None if ran.unreachable else Source.RAN_REMOTELY
+            return _Done(ran_at, ran.lane or lane, Failure(_remote_failure(ran), ran.output))
+        self.action_cache.put(key.key, ran.result)
+        self._deliver(action, key, ran.result)
+        return _Done(Source.RAN_REMOTELY, ran.lane or lane, printed=ran.printed)
+
+    def _may_fall_back(self, action: Action) -> bool:
+        if not self.options.remote_local_fallback or self.placement is None:
+            return False
+        return self.placement.can_run_here(action)
+
+    def _spawner_for(self, action: Action, placement: str | None = None) -> Spawner:
+        flavour = placement if placement in ("local", "worker") else self.options.strategy
         with self._spawner_lock:
-            if action.supports_workers and self.options.strategy == "worker":
+            if action.supports_workers and flavour == "worker":
                 if self.worker is None:
                     from kiln.exec.worker_spawner import WorkerSpawner
 
@@ -398,6 +453,12 @@ class Executor:
                 f"cannot place {path}: {reason} (remove it, or run 'kiln clean')"
             ) from None
         self.state.record(action.primary_output.path, key.key, result)
+
+
+def _remote_failure(ran: RemoteSpawnResult) -> str:
+    if ran.message:
+        return ran.message
+    return f"exited with code {ran.exit_code}"
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ class Source(enum.Enum):
 
     RAN_LOCALLY = "local"
     RAN_IN_WORKER = "worker"
+    RAN_REMOTELY = "remote-exec"  # on the remote executor (--remote_executor)
     FILE_WRITE = "write"  # content known at analysis, written without running anything
     DISK_CACHE_HIT = "disk"
     REMOTE_CACHE_HIT = "remote"
@@ -76,6 +77,7 @@ class ActionOutcome:
 _STATUS: dict[Source | None, Status] = {
     Source.RAN_LOCALLY: "executed",
     Source.RAN_IN_WORKER: "executed",
+    Source.RAN_REMOTELY: "executed",
     Source.FILE_WRITE: "executed",
     Source.DISK_CACHE_HIT: "cached",
     Source.REMOTE_CACHE_HIT: "cached",

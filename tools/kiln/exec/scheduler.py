@@ -20,7 +20,7 @@ import enum
 import heapq
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -86,12 +86,16 @@ class Scheduler:
         reporter: Reporter,
         *,
         keep_going: bool,
+        reserved: Callable[[Action], Resources] | None = None,
     ):
         self.graph = graph
         self.limits = limits
         self.executor = executor
         self.reporter = reporter
         self.keep_going = keep_going
+        # What an action holds of this host while it runs: its resources, or only a job
+        # slot for one that runs elsewhere (exec/placement.py).
+        self.reserved = reserved or (lambda action: action.resources)
         self._lanes = threading.local()
         self._lane_counter = 0
         self._lane_lock = threading.Lock()
@@ -139,7 +143,7 @@ class _Run:
                 if not stop:
                     self._finish_up_to_date()
                     for index in list(self.runnable):
-                        need = self.s.graph.actions[index].resources
+                        need = self.s.reserved(self.s.graph.actions[index])
                         if self._fits(need, used, idle=not running):
                             with _ctrl_c_deferred():  # a started action is always waited for
                                 action = self.s.graph.actions[index]
@@ -152,7 +156,7 @@ class _Run:
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in sorted(done, key=running.__getitem__):
                     index = running.pop(future)
-                    used = _add(used, self.s.graph.actions[index].resources, -1)
+                    used = _add(used, self.s.reserved(self.s.graph.actions[index]), -1)
                     if not self._finish(index, future.result()):
                         stop = stop or not self.s.keep_going
             if stop:

@@ -42,9 +42,10 @@ class AnalysisError(KilnError):
 
 
 class ActionFactory:
-    def __init__(self, owner: str, host: HostFacts):
+    def __init__(self, owner: str, host: HostFacts, toolchains: ToolchainResolver | None = None):
         self.owner = owner
         self.host = host
+        self._toolchains = toolchains
         self.declared: list[Action] = []
 
     def python_platform(
@@ -52,12 +53,16 @@ class ActionFactory:
         module: str,
         packages: Sequence[str] = (),
         python_env: Sequence[PythonPackage] = (),
+        *,
+        gpu: bool = False,
     ) -> dict[str, str]:
         """What a `python -m kiln.actions.<module>` action's result depends on besides its
         inputs: OS, Python, the action's own code (kiln.code_digest), the versions of the
         toolchain's distributions it imports ('-' where absent), and every third-party
-        package its environment holds (`pip:<name>`: version and wheel hashes, as locked)."""
-        host = self.host
+        package its environment holds (`pip:<name>`: version and wheel hashes, as locked).
+        A `gpu` action's host facts are those of the machine GPU actions run on
+        (host_facts.GPU_HOST: maybe a cluster's node)."""
+        host = self.gpu_host if gpu else self.host
         props = {
             "os": host.os,
             "arch": host.arch,
@@ -103,7 +108,9 @@ class ActionFactory:
                 env=tuple(PYTHON_ACTION_ENV.items()),
                 platform=tuple(
                     {
-                        **self.python_platform(module, packages, python_env),
+                        **self.python_platform(
+                            module, packages, python_env, gpu=resources.gpu > 0
+                        ),
                         **(platform or {}),
                     }.items()
                 ),
@@ -117,6 +124,12 @@ class ActionFactory:
     def _declare(self, action: Action) -> Action:
         self.declared.append(action)
         return action
+
+    @property
+    def gpu_host(self) -> HostFacts:
+        """The host facts of the machine GPU actions run on (this one, or a GPU node of
+        the remote executor's cluster when this host has no GPU)."""
+        return self.host if self._toolchains is None else self._toolchains.gpu_host
 
     def write_spec(self, output: File, spec: Spec) -> Action:
         """An action's spec record, as canonical JSON: equal specs are equal bytes."""
@@ -182,13 +195,19 @@ class RuleContext(Generic[A]):
         self.package = label[: label.index(":")].removeprefix("//")
         self.name = label[label.index(":") + 1 :]
         self.host = toolchains.host
-        self.actions = ActionFactory(label, toolchains.host)
+        self.actions = ActionFactory(label, toolchains.host, toolchains)
         # Where outputs go, relative to the execroot: kiln-out, or for Bazel's planning
         # action bazel-out/<cfg>/bin (kiln.bazel.paths). Rules only ever see bin_dir.
         self.output_root = output_root
         self._deps = deps
         self._toolchains = toolchains
         self._declared: set[str] = set()
+
+    @property
+    def gpu_host(self) -> HostFacts:
+        """The facts of the machine this build's GPU actions run on: `host`, unless they
+        run on a cluster (--remote_executor without a local GPU), then its GPU node's."""
+        return self.actions.gpu_host
 
     @property
     def bin_dir(self) -> str:

@@ -1,0 +1,69 @@
+"""The executor's seam to a remote executor: inputs by digest in, a result by digest out.
+
+A local spawner needs an execroot of links; a remote one needs the input
+root by digest and the action's key, and brings back digests, not files. So
+the executor hands a RemoteSpawner the action, its key, the digest of every
+input file with where this machine keeps its bytes (a CAS blob, or a source
+in the workspace: nothing is hashed or read again), and gets back an
+ActionResult whose every blob is already in the local CAS, verified against
+its digest. The executor then records it and delivers it as it does a cache
+hit (executor.py). The Ray implementation is kiln.remote_exec.spawner.
+
+    RemoteSpawner.spawn_remote(RemoteSpawn) -> RemoteSpawnResult
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from kiln.action_graph import Action
+from kiln.cache.action_cache import ActionResult
+from kiln.cache.digest import Digest
+
+
+@dataclass(frozen=True)
+class RemoteInput:
+    digest: Digest
+    executable: bool
+    local_path: Path  # where this machine has the bytes (to upload them if the CAS lacks them)
+
+
+@dataclass(frozen=True)
+class RemoteSpawn:
+    action: Action
+    key: str  # the action key: the remote action-cache entry goes under it
+    inputs: Mapping[str, RemoteInput]  # every input file, by its path in the execroot
+    timeout: float | None
+
+
+@dataclass(frozen=True)
+class RemoteSpawnResult:
+    # The result with every blob in the local CAS (exit code 0); None when it failed.
+    result: ActionResult | None
+    exit_code: int = 0
+    seconds: float = 0.0  # wall time of the command on the worker
+    lane: str = ""  # the profile lane: the worker node
+    crashed: bool = False
+    message: str = ""  # why it failed: "exited with code 1", "refused: ...", "no node ..."
+    output: str = ""  # what the command printed (stdout, then stderr), for a failure
+    printed: str = ""  # its stdout, for a success ("INFO: From ...")
+    # The cluster could not be reached: the executor may run the action here instead
+    # (--remote_local_fallback).
+    unreachable: bool = False
+
+
+class RemoteSpawner(Protocol):
+    def spawn_remote(self, spawn: RemoteSpawn) -> RemoteSpawnResult:
+        """Run the action remotely to its end; thread-safe."""
+        ...
+
+    def cancel_all(self) -> None:
+        """Ctrl-C: cancel every remote task; spawn_remote() calls return soon, failed."""
+        ...
+
+    def close(self) -> None:
+        """End of the build: disconnect. Idempotent."""
+        ...

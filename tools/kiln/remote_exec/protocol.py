@@ -1,0 +1,56 @@
+"""What crosses from the driver to a worker node's Ray task, and back: digests, never bytes.
+
+Both are plain frozen dataclasses that Ray pickles. The task carries the
+Action itself (kiln.action_graph: argv, env, outputs, platform), so the node
+checks and runs exactly what the driver keyed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kiln.action_graph import Action
+from kiln.cache.action_cache import ActionResult
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """How a node reaches the remote cache that driver and workers share (--remote_*)."""
+
+    url: str
+    headers: tuple[tuple[str, str], ...] = ()
+    timeout: float = 60.0
+    instance_name: str = ""
+
+
+@dataclass(frozen=True)
+class TaskInput:
+    path: str
+    hash: str
+    size: int
+    executable: bool
+
+
+@dataclass(frozen=True)
+class RemoteTask:
+    action: Action
+    key: str
+    inputs: tuple[TaskInput, ...]
+    digest_function: str
+    cache: CacheConfig
+    timeout: float | None
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    node: str  # which node ran it, for messages and the profile
+    exit_code: int
+    seconds: float = 0.0
+    crashed: bool = False
+    message: str = ""  # why it failed, when it did
+    output: str = ""  # stdout then stderr (64 KiB at most each), for a failure
+    printed: str = ""  # stdout, for a success
+    # The result, exit code 0, every blob in the remote cache and the entry written
+    # under the key; None for a failure.
+    result: ActionResult | None = None
+    refused: bool = False  # the node does not match the action's fingerprint

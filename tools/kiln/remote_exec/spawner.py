@@ -1,0 +1,184 @@
+"""The driver's RemoteSpawner on Ray: upload what the cache lacks, submit, bring back digests.
+
+    spawn_remote(spawn)
+        route = routing.route(action)            resources + label selector
+        no live node fits?                       fail at once, naming what is missing
+        input blobs the remote cache lacks       HEAD, then PUT from where they are here
+                                                 (sendfile: never in this process's memory)
+        submit the Ray task (node_runner.run_task), wait; every few seconds check
+        again that some live node still fits (a GPU node that left): else cancel, fail
+        outputs this CAS lacks                   downloaded, each verified as it is written
+
+A blob known to be in the remote cache (uploaded or seen by HEAD in this
+build) is not asked about again. The task is retried by Ray when its worker
+or node dies (--remote_retries); a cancelled build cancels every task it
+submitted (ray.cancel(force=True) kills the worker; its supervisor then kills
+the command). The action-cache entry is written by the worker after its
+blobs, and locally by the executor after this returns: neither names a blob
+that is not there.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from kiln.cache.action_cache import ActionResult
+from kiln.cache.cas import BlobMismatch, ContentStore
+from kiln.cache.digest import Digest
+from kiln.cache.remote import RemoteCache, RemoteError
+from kiln.exec.remote_spawn import RemoteSpawn, RemoteSpawnResult
+from kiln.remote_exec.cluster import Cluster, ClusterUnreachable, TaskLost
+from kiln.remote_exec.protocol import CacheConfig, RemoteTask, TaskInput, TaskResult
+from kiln.remote_exec.routing import Route, infeasible, route
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+
+# How often a waiting action checks that some live node can still run it (seconds).
+RECHECK_S = 5.0
+
+
+class RaySpawner:
+    def __init__(
+        self,
+        cluster: Cluster,
+        remote: RemoteCache,
+        cas: ContentStore,
+        cache_config: CacheConfig,
+        *,
+        digest_function: str,
+        retries: int,
+        warn: Callable[[str], None],
+    ) -> None:
+        self.cluster = cluster
+        self.remote = remote
+        self.cas = cas
+        self.cache_config = cache_config
+        self.digest_function = digest_function
+        self.retries = retries
+        self._warn = warn
+        self._lock = threading.Lock()
+        self._in_flight: set[ObjectRef[TaskResult]] = set()
+        self._in_remote: set[Digest] = set()  # blobs the remote cache has, as far as we know
+        self._cancelled = False
+
+    def spawn_remote(self, spawn: RemoteSpawn) -> RemoteSpawnResult:
+        if self._cancelled:
+            return RemoteSpawnResult(None, -1, crashed=True, message="interrupted")
+        needed = route(spawn.action)
+        try:
+            why = infeasible(needed, self.cluster.nodes())
+            if why is not None:  # a node may have joined since: ask once more
+                why = infeasible(needed, self.cluster.nodes(refresh=True))
+        except ClusterUnreachable as error:
+            return RemoteSpawnResult(None, -1, message=error.message, unreachable=True)
+        if why is not None:
+            return RemoteSpawnResult(None, -1, message=why)
+        try:
+            self._upload_inputs(spawn)
+        except RemoteError as error:
+            return RemoteSpawnResult(None, -1, message=f"cannot upload its inputs: {error.message}")
+        task = RemoteTask(
+            spawn.action,
+            spawn.key,
+            tuple(
+                TaskInput(path, item.digest.hash, item.digest.size, item.executable)
+                for path, item in sorted(spawn.inputs.items())
+            ),
+            self.digest_function,
+            self.cache_config,
+            spawn.timeout,
+        )
+        try:
+            ended = self._run(task, needed)
+        except ClusterUnreachable as error:
+            return RemoteSpawnResult(None, -1, message=error.message, unreachable=True)
+        except TaskLost as lost:
+            return RemoteSpawnResult(None, -1, crashed=True, message=f"remote task lost: {lost}")
+        if isinstance(ended, str):
+            return RemoteSpawnResult(None, -1, message=ended)
+        return self._bring_back(ended)
+
+    def _run(self, task: RemoteTask, needed: Route) -> TaskResult | str:
+        """The task's result; a message if it can no longer run anywhere."""
+        ref = self.cluster.submit(task, needed, self.retries)
+        with self._lock:
+            self._in_flight.add(ref)
+            cancelled = self._cancelled
+        if cancelled:  # Ctrl-C came while it was submitted: it goes too
+            self.cluster.cancel(ref)
+        try:
+            while True:
+                result = self.cluster.result(ref, RECHECK_S)
+                if result is not None:
+                    return result
+                why = infeasible(needed, self.cluster.nodes(refresh=True))
+                if why is not None:
+                    self.cluster.cancel(ref)
+                    return why
+        finally:
+            with self._lock:
+                self._in_flight.discard(ref)
+
+    def _upload_inputs(self, spawn: RemoteSpawn) -> None:
+        with self._lock:
+            unknown = {
+                item.digest: item
+                for item in spawn.inputs.values()
+                if item.digest not in self._in_remote
+            }
+        missing = self.remote.find_missing(unknown)
+        self.remote.transfer_many(
+            [functools.partial(self.remote.upload_file, d, unknown[d].local_path) for d in missing]
+        )
+        with self._lock:
+            self._in_remote.update(unknown)
+
+    def _bring_back(self, ended: TaskResult) -> RemoteSpawnResult:
+        if ended.result is None:
+            message = ended.message or f"exited with code {ended.exit_code}"
+            return RemoteSpawnResult(
+                None,
+                ended.exit_code,
+                ended.seconds,
+                ended.node,
+                ended.crashed,
+                message,
+                ended.output,
+            )
+        try:
+            self._download(ended.result)
+        except BlobMismatch as error:
+            message = f"an output from the remote cache does not match its digest: {error.message}"
+            return RemoteSpawnResult(None, -1, ended.seconds, ended.node, message=message)
+        except RemoteError as error:
+            message = f"cannot download its outputs: {error.message}"
+            return RemoteSpawnResult(None, -1, ended.seconds, ended.node, message=message)
+        with self._lock:
+            self._in_remote.update(d for d, _ in ended.result.digests())
+        return RemoteSpawnResult(ended.result, 0, ended.seconds, ended.node, printed=ended.printed)
+
+    def _download(self, result: ActionResult) -> None:
+        """Every blob of the result into this CAS, verified as it is written."""
+        calls = []
+        for digest, executable in dict.fromkeys(result.digests()):
+            if self.cas.has(digest, executable):
+                continue
+            if self.cas.has(digest, not executable):
+                self.cas.put_file(self.cas.path(digest, not executable), digest, executable)
+            else:
+                calls.append(functools.partial(self.remote.download, digest, self.cas, executable))
+        self.remote.transfer_many(calls)
+
+    def cancel_all(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            refs = list(self._in_flight)
+        for ref in refs:
+            self.cluster.cancel(ref)
+
+    def close(self) -> None:
+        self.cluster.close()
