@@ -10,6 +10,11 @@
     $(execpath L)          same as location
     $(RULEDIR) $(@D)       the directory outputs are written to
     $$                     a literal $
+
+`gpus = N` makes it a GPU action: it holds N GPU slots, and its key names the
+GPU it runs on (the GPUS toolchain: model and compute capability), so a
+result made on one GPU model is never reused on another. Without enough GPUs
+here, --remote_executor runs it on a GPU node of the cluster.
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ import re
 import shlex
 
 from kiln.rule_api import (
+    GPUS,
     DefaultInfo,
     File,
     Label,
     LabelListAttr,
     OutputListAttr,
+    Resources,
     Rule,
     RuleAttrs,
     RuleContext,
@@ -39,6 +46,11 @@ class GenruleAttrs(RuleAttrs):
     )
     message: str | None = Field(default=None, description="the progress message")
     executable: bool = Field(default=False, description="the output is a program")
+    gpus: int = Field(
+        default=0,
+        ge=0,
+        description="GPUs the command needs; its key then names the GPU it runs on",
+    )
 
 
 # Bazel's --incompatible_strict_action_env: a fixed PATH, so keys never depend
@@ -62,10 +74,21 @@ def implementation(ctx: RuleContext[GenruleAttrs]) -> list[object]:
         inputs=[*srcs, *tools],
         outputs=outs,
         env={"PATH": ACTION_PATH, "LANG": "C.UTF-8"},
-        platform={"os": ctx.host.os, "arch": ctx.host.arch},
+        platform={"os": ctx.host.os, "arch": ctx.host.arch, **_gpu_properties(ctx)},
+        resources=Resources(cpu=1, gpu=attrs.gpus),
         progress_message=attrs.message or f"Executing genrule {ctx.label}",
     )
     return [DefaultInfo(tuple(outs))]
+
+
+def _gpu_properties(ctx: RuleContext[GenruleAttrs]) -> dict[str, str]:
+    """The GPU a GPU genrule runs on (where GPU actions run: maybe a cluster's node)."""
+    if not ctx.attrs.gpus:
+        return {}
+    gpus = ctx.toolchain(GPUS)
+    if not gpus:
+        return {}
+    return {"gpu_name": gpus[0].name, "compute_capability": gpus[0].compute_capability}
 
 
 def _expand(
@@ -137,4 +160,5 @@ RULE = Rule(
     attrs=GenruleAttrs,
     doc="Runs `cmd` with bash in a private execroot holding only `srcs` and `tools`.",
     impl=implementation,
+    toolchains=(GPUS,),
 )

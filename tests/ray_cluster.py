@@ -30,7 +30,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,7 +121,9 @@ class RayCluster:
         line = process.stdout.readline()
         if not line:
             process.wait(timeout=30)
-            raise RuntimeError(f"the Ray cluster did not start:\n{(tmp / 'cluster.log').read_text()}")
+            raise RuntimeError(
+                f"the Ray cluster did not start:\n{(tmp / 'cluster.log').read_text()}"
+            )
         ready = json.loads(line)
         return RayCluster(process, ready["address"], ready["nodes"], tmp)
 
@@ -211,11 +212,19 @@ def _host(spec_file: Path) -> None:
                 print(json.dumps({"ok": True}), flush=True)
             elif command == "workers":
                 raylet = nodes[name].all_processes["raylet"][0].process.pid
-                pids = [p for p in _children(raylet) if "ray::" in _cmdline(p) or "default_worker" in _cmdline(p)]
+                pids = [
+                    p
+                    for p in _children(raylet)
+                    if "ray::" in _cmdline(p) or "default_worker" in _cmdline(p)
+                ]
                 print(json.dumps({"pids": pids}), flush=True)
     finally:
         cluster.shutdown()
         shutil.rmtree(tmp / "ray", ignore_errors=True)
+
+
+def _is_worker(cmdline: str) -> bool:
+    return cmdline.startswith("ray::") or "default_worker.py" in cmdline
 
 
 def _cmdline(pid: int) -> str:
@@ -226,5 +235,4 @@ def _cmdline(pid: int) -> str:
 
 
 if __name__ == "__main__":
-    started = time.monotonic()
     _host(Path(sys.argv[1]))

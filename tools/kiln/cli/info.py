@@ -22,16 +22,37 @@ from kiln.layout import cache_home, output_root
     default=None,
     help="The disk cache a build would use (as `build --disk_cache`, or `common` in .kilnrc)",
 )
+@click.option(
+    "--remote_executor",
+    default=None,
+    metavar="ray://HOST:PORT",
+    help="The Ray cluster `kiln info cluster` describes (as `kiln build` takes it)",
+)
+@click.option(
+    "--remote_timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    help="Seconds to wait for the cluster",
+)
 @click.pass_obj
-def command(session: Session, key: str | None, disk_cache: Path | None) -> int:
+def command(
+    session: Session,
+    key: str | None,
+    disk_cache: Path | None,
+    remote_executor: str | None,
+    remote_timeout: float,
+) -> int:
     """Print workspace paths and host facts (one KEY, or all).
 
     KEY `toolchains` probes what TensorRT builds would use (torch, torch_tensorrt and
     its flavour, TensorRT, CUDA, GPUs) and which trt_engine platforms can build here,
-    without building anything.
+    without building anything. KEY `cluster` lists the nodes of --remote_executor
+    (also read from .kilnrc build lines) and what each offers actions.
     """
     if key == "toolchains":
         return _toolchains()
+    if key == "cluster":
+        return _cluster(remote_executor, remote_timeout)
     facts = {
         "release": f"kiln {__version__}",
         "workspace": str(session.workspace.root),
@@ -46,7 +67,7 @@ def command(session: Session, key: str | None, disk_cache: Path | None) -> int:
     }
     if key:
         if key not in facts:
-            known = ", ".join([*facts, "toolchains"])
+            known = ", ".join([*facts, "toolchains", "cluster"])
             raise click.UsageError(f"unknown info key '{key}' (known: {known})")
         click.echo(facts[key])
         return 0
@@ -68,4 +89,30 @@ def _toolchains() -> int:
         verdict = "can build" if failed is None else f"cannot build: {'; '.join(failed.problems)}"
         click.echo(f"trt_engine {target}: {verdict}")
     click.echo(f"probe: {found.source}")
+    return 0
+
+
+def _cluster(remote_executor: str | None, timeout: float) -> int:
+    from kiln.errors import KilnError
+
+    if not remote_executor:
+        raise KilnError(
+            "kiln info cluster needs --remote_executor",
+            hint="pass --remote_executor=ray://HOST:PORT, or set it on a build line of .kilnrc",
+        )
+    from kiln.remote_exec.address import RayAddress
+    from kiln.remote_exec.cluster import Cluster, ClusterUnreachable
+    from kiln.remote_exec.describe import describe_cluster
+
+    try:
+        address = RayAddress.parse(remote_executor)
+    except ValueError as error:
+        raise KilnError(f"invalid --remote_executor: {error}") from None
+    cluster = Cluster(address, timeout=timeout)
+    try:
+        describe_cluster(cluster, click.echo)
+    except ClusterUnreachable as error:
+        raise KilnError(error.message, hint="start the cluster, or check the address") from None
+    finally:
+        cluster.close()
     return 0

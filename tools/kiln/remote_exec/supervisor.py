@@ -1,14 +1,17 @@
 """Running an action's command on a worker node so that nothing outlives its Ray task.
 
 Ray kills a task's worker process on `ray.cancel(force=True)` (Ctrl-C on the
-driver) or when its node goes, but not what that process started: a
-genrule's bash would die and its children run on (seen with Ray 2.60). So
-the command runs under a small supervisor, `python -I -S -c SUPERVISOR`: the
-leader of a new process group holding the read end of a lifeline pipe whose
-write end only the Ray worker has (the same design as kiln's persistent
-workers, workers/main.py). When the worker dies, however it dies, the pipe
-reaches end of file and the supervisor kills its process group: the command
-and everything it started. `-I -S` keeps the supervisor's start-up to a few
+driver) or when its node goes, and on a cancel the worker's direct children
+too, but not what they started: a genrule's bash would die and its children
+run on (seen with Ray 2.60). So the command runs under a small supervisor,
+`python -I -S -c SUPERVISOR`, that is nobody's child: it forks away from the
+launcher the worker starts (which exits at once) into a session of its own,
+and leads the process group its command runs in. It holds the read end of a
+lifeline pipe whose write end only the Ray worker has (the design of kiln's
+persistent workers, workers/main.py): when the worker dies, however it dies,
+the pipe reaches end of file and the supervisor kills its process group, the
+command and everything it started. It reports on a status pipe: its pid
+first, the command's end last. `-I -S` keeps its start-up to a few
 milliseconds and the user's site-packages out of it; the command itself gets
 exactly the action's environment.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -27,7 +31,11 @@ from pathlib import Path
 
 SUPERVISOR = r"""
 import os, signal, subprocess, sys, threading
-lifeline = int(sys.argv[1])
+lifeline, status = int(sys.argv[1]), int(sys.argv[2])
+if os.fork():
+    os._exit(0)  # the launcher: its child is now nobody's but init's
+os.setsid()
+os.write(status, b"%d\n" % os.getpid())
 def watch():
     try:
         while os.read(lifeline, 1):
@@ -37,16 +45,15 @@ def watch():
     os.killpg(0, signal.SIGKILL)
 threading.Thread(target=watch, daemon=True).start()
 try:
-    child = subprocess.Popen(sys.argv[2:])
+    child = subprocess.Popen(sys.argv[3:])
 except OSError as error:
-    print(f"cannot run {sys.argv[2]}: {error.strerror}", file=sys.stderr)
+    print(f"cannot run {sys.argv[3]}: {error.strerror}", file=sys.stderr)
+    os.write(status, b"exit 127\n")
     sys.exit(127)
 code = child.wait()
-if code < 0:
-    signal.signal(-code, signal.SIG_DFL)
-    os.kill(os.getpid(), -code)
-sys.exit(code)
+os.write(status, (b"signal %d\n" % -code) if code < 0 else (b"exit %d\n" % code))
 """
+_SUPERVISOR_START_S = 30.0  # for the supervisor to report its pid (a loaded machine)
 
 
 @dataclass(frozen=True)
@@ -68,40 +75,79 @@ def run(
 ) -> Ended:
     """Run argv to its end under the supervisor; a timeout kills its whole group."""
     start = time.monotonic()
-    lifeline_r, lifeline_w = os.pipe()  # both ends close-on-exec: only the supervisor gets r
+    lifeline_r, lifeline_w = os.pipe()  # close-on-exec: only the supervisor gets the ends
+    status_r, status_w = os.pipe()
     try:
         with stdout.open("wb") as out, stderr.open("wb") as err:
-            process = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", SUPERVISOR, str(lifeline_r), *argv],
+            launcher = subprocess.Popen(
+                [*_supervisor(lifeline_r, status_w), *argv],
                 cwd=cwd,
                 env=dict(env),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
-                pass_fds=(lifeline_r,),
+                pass_fds=(lifeline_r, status_w),
                 start_new_session=True,
             )
-            os.close(lifeline_r)
-            lifeline_r = -1
-            try:
-                code = process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                _kill_group(process.pid)
-                process.wait()
-                return Ended(-1, time.monotonic() - start, message=f"timed out after {timeout:g} s")
-            except BaseException:  # a soft ray.cancel: KeyboardInterrupt in the task
-                _kill_group(process.pid)
-                process.wait()
-                raise
+        os.close(lifeline_r)
+        os.close(status_w)
+        lifeline_r = status_w = -1
+        launcher.wait()
+        reader = _Lines(status_r)
+        first = reader.line(_SUPERVISOR_START_S)
+        if first is None or not first.isdigit():
+            return Ended(-1, time.monotonic() - start, True, "its supervisor did not start")
+        group = int(first)
+        try:
+            deadline = None if timeout is None else start + timeout
+            last = reader.line(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            _kill_group(group)
+            return Ended(-1, time.monotonic() - start, message=f"timed out after {timeout:g} s")
+        except BaseException:  # a soft ray.cancel: KeyboardInterrupt in the task
+            _kill_group(group)
+            raise
     finally:
-        if lifeline_r >= 0:
-            os.close(lifeline_r)
-        os.close(lifeline_w)
+        for fd in (lifeline_r, status_w, lifeline_w):
+            if fd >= 0:
+                os.close(fd)
+        with contextlib.suppress(NameError, OSError):
+            os.close(status_r)
     seconds = time.monotonic() - start
-    if code < 0:
-        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
-        return Ended(code, seconds, crashed=True, message=f"killed by signal {name}")
-    return Ended(code, seconds)
+    kind, _, number = (last or "").partition(" ")
+    if kind == "exit" and number.isdigit():
+        return Ended(int(number), seconds)
+    if kind == "signal" and number.isdigit():
+        signum = int(number)
+        name = signal.Signals(signum).name if signum in signal.valid_signals() else number
+        return Ended(-signum, seconds, crashed=True, message=f"killed by signal {name}")
+    return Ended(-1, seconds, crashed=True, message="its supervisor was killed")
+
+
+def _supervisor(lifeline: int, status: int) -> list[str]:
+    return [sys.executable, "-I", "-S", "-c", SUPERVISOR, str(lifeline), str(status)]
+
+
+class _Lines:
+    """Lines from a pipe, each waited for with a timeout (TimeoutError); None at its end."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = b""
+
+    def line(self, timeout: float | None) -> str | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if not ready:
+                raise TimeoutError
+            data = os.read(self.fd, 4096)
+            if not data:
+                return None
+            self.buffer += data
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line.decode()
 
 
 def _kill_group(pid: int) -> None:

@@ -1,0 +1,383 @@
+"""--remote_executor end to end: a real Ray cluster on 127.0.0.1, a real nginx cache.
+
+The cluster (tests/ray_cluster.py) is a head with no CPUs of its own and two
+worker nodes: `cpu` (1 CPU) and `gpu` (1 CPU and a fake GPU: Ray's num_gpus=1
+with a stand-in nvidia-smi on that node's PATH, and the labels a real H200
+node advertises). It is started once for the module and stopped by PID.
+Each test has its own workspace, disk cache and remote-cache instance name,
+so results never leak from one test to the next; the nodes' own CAS is shared,
+as a real cluster's is.
+
+The driver is `kiln build` in a child process with `--gpus=0`: no GPU here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.nginx_cache import NginxCache
+from tests.ray_cluster import FAKE_SMI, NodeSpec, RayCluster
+
+REPO = Path(__file__).resolve().parents[2]
+KILN = [sys.executable, "-m", "kiln"]
+GPU = "NVIDIA H200"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    # A short path: Ray's socket names must stay under 108 bytes.
+    tmp = Path(f"/tmp/kiln-ray-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    started = RayCluster.start(tmp, [NodeSpec("cpu"), NodeSpec("gpu", gpus=1, gpu_name=GPU)])
+    try:
+        yield started
+    finally:
+        started.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NginxCache]:
+    server = NginxCache.start(tmp_path_factory.mktemp("nginx"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass
+class Built:
+    code: int
+    err: str
+    events: list[dict[str, object]]
+
+    def actions(self) -> dict[str, dict[str, object]]:
+        """action_finished events by mnemonic and label."""
+        return {
+            f"{e['mnemonic']} {e['label']}": e
+            for e in self.events
+            if e.get("type") == "action_finished"
+        }
+
+
+@dataclass
+class Driver:
+    root: Path
+    env: dict[str, str]
+    flags: list[str]
+
+    def write(self, path: str, text: str) -> None:
+        target = self.root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(textwrap.dedent(text))
+
+    def command(self, *args: str, remote: bool = True) -> list[str]:
+        events = self.root.parent / "events.json"
+        events.unlink(missing_ok=True)
+        return [
+            *KILN,
+            "build",
+            *args,
+            "--gpus=0" if remote else "--gpus=1",
+            f"--build_event_json_file={events}",
+            *(self.flags if remote else []),
+        ]
+
+    def build(self, *args: str, remote: bool = True, env: dict[str, str] | None = None) -> Built:
+        done = subprocess.run(
+            self.command(*args, remote=remote),
+            cwd=self.root,
+            env=env or self.env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+        return self._built(done.returncode, done.stderr)
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            self.command(*args),
+            cwd=self.root,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def _built(self, code: int, err: str) -> Built:
+        events = self.root.parent / "events.json"
+        lines = events.read_text().splitlines() if events.exists() else []
+        return Built(code, err, [json.loads(line) for line in lines])
+
+    def out(self, path: str) -> bytes:
+        return (self.root / "kiln-out" / path).read_bytes()
+
+
+def _driver(root: Path, cluster: RayCluster, cache: NginxCache, *extra: str) -> Driver:
+    root.mkdir(parents=True)
+    (root / "WORKSPACE").write_text("")
+    xdg = root.parent / "xdg"
+    env = dict(os.environ, XDG_CACHE_HOME=str(xdg), HOME=str(root.parent))
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    flags = [
+        f"--remote_executor={cluster.address}",
+        f"--remote_cache={cache.url}",
+        f"--remote_instance_name={root.parent.name}",
+        *extra,
+    ]
+    return Driver(root, env, flags)
+
+
+@pytest.fixture
+def driver(tmp_path: Path, cluster: RayCluster, cache: NginxCache) -> Driver:
+    return _driver(tmp_path / "ws", cluster, cache)
+
+
+def _gpu_machine_env(driver: Driver, tmp: Path) -> dict[str, str]:
+    """The driver's environment, but on a 'GPU machine': the same stand-in nvidia-smi
+    the GPU node has, first on PATH."""
+    bin_dir = tmp / "gpu-bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(FAKE_SMI.format(name=GPU, cc="9.0", memory=80000))
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    return dict(driver.env, PATH=f"{bin_dir}:{driver.env['PATH']}")
+
+
+GENRULES = """
+genrule(name = "a", srcs = ["in.txt"], outs = ["a.txt"], cmd = "sha256sum $< > $@; cat $< >> $@")
+genrule(name = "b", srcs = [":a"], tools = ["tool.sh"], outs = ["b.txt"],
+        cmd = "./$(location tool.sh) $< > $@")
+genrule(name = "c", srcs = [":b"], outs = ["c.bin"],
+        cmd = "head -c 300000 /dev/zero | tr '\\\\0' x > $@; cat $< >> $@")
+"""
+
+
+def _genrule_workspace(driver: Driver) -> None:
+    driver.write("BUILD", GENRULES)
+    driver.write("in.txt", "hello\n")
+    driver.write("tool.sh", '#!/bin/bash\ntr a-z A-Z < "$1"\n')
+    (driver.root / "tool.sh").chmod(0o755)
+
+
+def test_genrules_run_on_the_cluster_and_match_a_local_build(
+    driver: Driver, tmp_path: Path, cluster: RayCluster, cache: NginxCache
+) -> None:
+    _genrule_workspace(driver)
+    built = driver.build("//:c", "--spawn_strategy=remote")
+    assert built.code == 0, built.err
+    assert "3 executed (3 remote-exec)" in built.err
+    actions = built.actions()
+    assert {a["strategy"] for a in actions.values()} == {"remote-exec"}
+
+    local = _driver(tmp_path / "local" / "ws", cluster, cache)
+    _genrule_workspace(local)
+    here = local.build("//:c", remote=False)
+    assert here.code == 0, here.err
+    for name in ("a.txt", "b.txt", "c.bin"):
+        assert driver.out(name) == local.out(name)
+    # The same keys: a remote result is a cache hit for a local build and back.
+    assert {k: a["key"] for k, a in actions.items()} == {
+        k: a["key"] for k, a in here.actions().items()
+    }
+    # The executable tool kept its mode on the worker (./tool.sh ran).
+    assert b"HELLO" in driver.out("b.txt")
+
+
+def test_a_gpu_action_from_a_driver_without_gpus_lands_on_the_gpu_node(
+    driver: Driver, tmp_path: Path, cluster: RayCluster, cache: NginxCache
+) -> None:
+    driver.write(
+        "BUILD",
+        """
+        genrule(name = "cpu", outs = ["cpu.txt"], cmd = "echo cpu > $@")
+        genrule(name = "gpu", srcs = [":cpu"], outs = ["gpu.txt"], gpus = 1,
+                cmd = "cat $< > $@; echo on a GPU >> $@")
+        """,
+    )
+    built = driver.build("//:gpu")
+    assert built.code == 0, built.err
+    actions = built.actions()
+    # The default placement: only what this host cannot run leaves it.
+    assert actions["Genrule //:cpu"]["strategy"] == "local"
+    gpu = actions["Genrule //:gpu"]
+    assert gpu["strategy"] == "remote-exec"
+    assert str(gpu["lane"]).endswith(cluster.nodes["gpu"][:8])
+    assert driver.out("gpu.txt") == b"cpu\non a GPU\n"
+
+    # A GPU machine building it for itself computes the same key (the GPU facts came
+    # from the cluster's GPU node), so the remote result is its cache hit.
+    local = _driver(tmp_path / "gpu-machine" / "ws", cluster, cache)
+    local.write("BUILD", (driver.root / "BUILD").read_text())
+    here = local.build("//:gpu", remote=False, env=_gpu_machine_env(local, tmp_path))
+    assert here.code == 0, here.err
+    assert here.actions()["Genrule //:gpu"]["key"] == gpu["key"]
+
+
+def test_an_action_no_node_can_run_fails_at_once_naming_what_is_missing(
+    driver: Driver,
+) -> None:
+    driver.write("BUILD", 'genrule(name = "big", outs = ["o"], gpus = 2, cmd = "touch $@")')
+    start = time.monotonic()
+    built = driver.build("//:big")
+    assert built.code == 1
+    assert "no node of the cluster can run it" in built.err
+    assert "2 GPU (has 1)" in built.err and "2 GPU (has 0)" in built.err
+    assert "Traceback" not in built.err
+    assert time.monotonic() - start < 60  # never pending forever
+
+
+def test_a_worker_killed_mid_action_is_retried_and_leaves_nothing_running(
+    driver: Driver, tmp_path: Path
+) -> None:
+    marker = tmp_path / "first-attempt"
+    driver.write(
+        "BUILD",
+        f"""
+        genrule(name = "slow", outs = ["slow.txt"], cmd = '''
+            if [ ! -e {marker} ]; then echo "$$PPID $$$$" > {marker}; sleep 60; fi
+            echo done > $@
+        ''')
+        """,
+    )
+    process = driver.start("//:slow", "--spawn_strategy=remote")
+    supervisor, shell = _wait_for_pids(marker, process)
+    worker = _parent_of(supervisor)
+    os.kill(worker, signal.SIGKILL)  # the Ray worker running the action dies
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+    assert driver.out("slow.txt") == b"done\n"
+    # Its command died with it: the supervisor killed its process group.
+    assert _gone(shell) and _gone(supervisor)
+
+
+def test_ctrl_c_cancels_remote_tasks_and_caches_nothing(
+    driver: Driver, tmp_path: Path, cache: NginxCache
+) -> None:
+    marker = tmp_path / "started"
+    driver.write(
+        "BUILD",
+        f"""
+        genrule(name = "long", outs = ["long.txt"],
+                cmd = 'echo "$$PPID $$$$" > {marker}; sleep 120; echo late > $@')
+        """,
+    )
+    process = driver.start("//:long", "--spawn_strategy=remote")
+    supervisor, shell = _wait_for_pids(marker, process)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 8, err
+    assert "interrupted" in err
+    deadline = time.monotonic() + 20
+    while not (_gone(shell) and _gone(supervisor)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _gone(shell) and _gone(supervisor)
+    instance = cache.root / driver.root.parent.name
+    assert not list((instance / "ac").glob("*")) if (instance / "ac").exists() else True
+    assert not (driver.root / "kiln-out" / "long.txt").exists()
+
+
+def test_an_unreachable_head_is_a_clear_error_or_a_local_fallback(
+    tmp_path: Path, cluster: RayCluster, cache: NginxCache
+) -> None:
+    driver = _driver(tmp_path / "ws", cluster, cache)
+    dead = "ray://127.0.0.1:9"  # discard: nothing listens there
+    driver.flags[0] = f"--remote_executor={dead}"
+    driver.write(
+        "BUILD",
+        """
+        genrule(name = "a", outs = ["a.txt"], cmd = "echo a > $@")
+        genrule(name = "g", outs = ["g.txt"], gpus = 1, cmd = "echo g > $@")
+        """,
+    )
+    failed = driver.build("//:a", "--spawn_strategy=remote")
+    assert failed.code == 1
+    assert f"the Ray cluster at {dead} is unreachable" in failed.err
+    assert "Traceback" not in failed.err
+
+    fallback = driver.build("//:a", "--spawn_strategy=remote", "--remote_local_fallback")
+    assert fallback.code == 0, fallback.err
+    assert fallback.actions()["Genrule //:a"]["strategy"] == "local"
+    assert driver.out("a.txt") == b"a\n"
+
+    # A GPU action cannot fall back to a host without one: the error says why.
+    gpu = driver.build("//:g", "--remote_local_fallback")
+    assert gpu.code == 1
+    assert "unreachable" in gpu.err and "Traceback" not in gpu.err
+
+
+def test_mlp_torch_actions_run_on_the_cluster_byte_identical_to_local(
+    tmp_path: Path, cluster: RayCluster, cache: NginxCache
+) -> None:
+    builds = {}
+    for name, remote in (("remote", True), ("local", False)):
+        driver = _driver(tmp_path / name / "ws", cluster, cache)
+        driver.write(
+            "models/BUILD",
+            """
+            torch_model(
+                name = "mlp",
+                src = "mlp.py",
+                factory = "mlp:build",
+                inputs = [{"name": "x", "shape": [8, 10], "dtype": "float32"}],
+                dynamic_dims = [{"name": "batch", "min": 1, "max": 64, "axes": {"x": 0}}],
+            )
+            aoti_package(name = "mlp_pt2", model = ":mlp")
+            """,
+        )
+        shutil.copy(REPO / "models/mlp.py", driver.root / "models/mlp.py")
+        args = ["//models:mlp_pt2", "--spawn_strategy=remote"] if remote else ["//models:mlp_pt2"]
+        built = driver.build(*args, remote=remote)
+        assert built.code == 0, built.err
+        builds[name] = (driver, built)
+    remote_driver, remote_built = builds["remote"]
+    local_driver, local_built = builds["local"]
+    ran = {k: a["strategy"] for k, a in remote_built.actions().items()}
+    for mnemonic in ("TorchExport", "AotiPackage", "AotiValidate"):
+        assert ran[f"{mnemonic} //models:mlp_pt2"] == "remote-exec"
+    for output in ("mlp_pt2.ep.pt2", "mlp_pt2.pt2", "mlp_pt2.validation.json"):
+        assert remote_driver.out(f"models/{output}") == local_driver.out(f"models/{output}")
+    keys = {k: a["key"] for k, a in remote_built.actions().items()}
+    assert keys == {k: a["key"] for k, a in local_built.actions().items()}
+
+
+# -- helpers ------------------------------------------------------------------------
+
+
+def _wait_for_pids(marker: Path, process: subprocess.Popen[str]) -> tuple[int, int]:
+    """(supervisor, shell) pids a remote genrule wrote to marker."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if marker.exists() and marker.read_text().strip().count(" ") == 1:
+            supervisor, shell = marker.read_text().split()
+            return int(supervisor), int(shell)
+        if process.poll() is not None:
+            pytest.fail(f"kiln ended first:\n{process.communicate()[1]}")
+        time.sleep(0.1)
+    process.kill()
+    pytest.fail("the remote action never started")
+
+
+def _parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rpartition(")")[2].split()[1])
+
+
+def _gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"  # a zombie: dead, not yet reaped
