@@ -59,6 +59,9 @@ class NodeSpec:
     memory_mb: int = 16000
     env: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] | None = None  # None: what this machine's facts give
+    # False: a real GPU (tools/gpu_ray_check.py on the GPU machine): no stand-in
+    # nvidia-smi, and the labels ray_start.py would give this machine
+    fake_gpu: bool = True
 
 
 def host_env(tmp: Path) -> dict[str, str]:
@@ -72,6 +75,16 @@ def node_setup(spec: NodeSpec, tmp: Path) -> dict[str, Any]:
     """What the cluster host passes to Cluster.add_node for `spec`."""
     env = {"KILN_WORKER_ROOT": str(tmp / f"worker-{spec.name}"), **spec.env}
     gpus: tuple[Gpu, ...] = ()
+    if spec.gpus and not spec.fake_gpu:
+        from kiln.remote_exec.facts import this_node
+
+        return {
+            "num_cpus": spec.cpus,
+            "num_gpus": spec.gpus,
+            "memory": spec.memory_mb * 2**20,
+            "labels": spec.labels if spec.labels is not None else node_labels(this_node()),
+            "env_vars": env,
+        }
     if spec.gpus:
         bin_dir = tmp / f"bin-{spec.name}"
         bin_dir.mkdir(parents=True, exist_ok=True)
@@ -212,11 +225,7 @@ def _host(spec_file: Path) -> None:
                 print(json.dumps({"ok": True}), flush=True)
             elif command == "workers":
                 raylet = nodes[name].all_processes["raylet"][0].process.pid
-                pids = [
-                    p
-                    for p in _children(raylet)
-                    if "ray::" in _cmdline(p) or "default_worker" in _cmdline(p)
-                ]
+                pids = [p for p in _children(raylet) if _is_worker(_cmdline(p))]
                 print(json.dumps({"pids": pids}), flush=True)
     finally:
         cluster.shutdown()
@@ -224,7 +233,12 @@ def _host(spec_file: Path) -> None:
 
 
 def _is_worker(cmdline: str) -> bool:
-    return cmdline.startswith("ray::") or "default_worker.py" in cmdline
+    """A Ray worker (`ray::IDLE`, `ray::run_task`), not one of the raylet's agents
+    (`ray::DashboardAgent`, `ray::RuntimeEnvAgent`), whose death takes the raylet along."""
+    title = cmdline.split(" ", 1)[0]
+    return (title.startswith("ray::") and not title.endswith("Agent")) or (
+        "default_worker.py" in cmdline
+    )
 
 
 def _cmdline(pid: int) -> str:

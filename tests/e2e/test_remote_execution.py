@@ -13,6 +13,7 @@ The driver is `kiln build` in a child process with `--gpus=0`: no GPU here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -239,8 +240,28 @@ def test_an_action_no_node_can_run_fails_at_once_naming_what_is_missing(
     assert time.monotonic() - start < 60  # never pending forever
 
 
+def test_dynamic_runs_both_and_keeps_the_first_success(driver: Driver) -> None:
+    """--spawn_strategy=dynamic: the same action here and on the cluster; whichever run
+    finishes first wins and the other is killed. The command sleeps on the side told to
+    lose (TMPDIR says where it runs: a worker's root is <tmp>/worker-<node>)."""
+    for slow_side, winner in (("here", "remote-exec"), ("remote", "local")):
+        remote_is_slow = "sleep 60" if slow_side == "remote" else ":"
+        here_is_slow = "sleep 60" if slow_side == "here" else ":"
+        cmd = (
+            f'case "$$TMPDIR" in */worker-*) {remote_is_slow} ;; *) {here_is_slow} ;; esac; '
+            f"echo {slow_side} > $@"
+        )
+        driver.write("BUILD", f'genrule(name = "race", outs = ["race.txt"], cmd = {cmd!r})')
+        start = time.monotonic()
+        built = driver.build("//:race", "--spawn_strategy=dynamic")
+        assert built.code == 0, built.err
+        assert built.actions()["Genrule //:race"]["strategy"] == winner
+        assert driver.out("race.txt") == f"{slow_side}\n".encode()
+        assert time.monotonic() - start < 50  # the loser was not waited for
+
+
 def test_a_worker_killed_mid_action_is_retried_and_leaves_nothing_running(
-    driver: Driver, tmp_path: Path
+    driver: Driver, tmp_path: Path, cluster: RayCluster
 ) -> None:
     marker = tmp_path / "first-attempt"
     driver.write(
@@ -253,14 +274,22 @@ def test_a_worker_killed_mid_action_is_retried_and_leaves_nothing_running(
         """,
     )
     process = driver.start("//:slow", "--spawn_strategy=remote")
+    start = time.monotonic()
     supervisor, shell = _wait_for_pids(marker, process)
-    worker = _parent_of(supervisor)
-    os.kill(worker, signal.SIGKILL)  # the Ray worker running the action dies
+    # The Ray worker running the action dies (every worker of both nodes: one of them).
+    for node in ("cpu", "gpu"):
+        for pid in cluster.worker_pids(node):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    # Its command dies with it (the supervisor's lifeline), long before its sleep ends.
+    deadline = time.monotonic() + 15
+    while not (_gone(shell) and _gone(supervisor)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(shell) and _gone(supervisor)
     _, err = process.communicate(timeout=300)
     assert process.returncode == 0, err
-    assert driver.out("slow.txt") == b"done\n"
-    # Its command died with it: the supervisor killed its process group.
-    assert _gone(shell) and _gone(supervisor)
+    assert driver.out("slow.txt") == b"done\n"  # the second attempt, which found the marker
+    assert time.monotonic() - start < 55
 
 
 def test_ctrl_c_cancels_remote_tasks_and_caches_nothing(
@@ -318,6 +347,26 @@ def test_an_unreachable_head_is_a_clear_error_or_a_local_fallback(
     assert "unreachable" in gpu.err and "Traceback" not in gpu.err
 
 
+def test_kiln_info_cluster_lists_the_nodes_and_what_they_offer(
+    driver: Driver, cluster: RayCluster
+) -> None:
+    info = subprocess.run(
+        [*KILN, "info", "cluster", driver.flags[0]],
+        cwd=driver.root,
+        env=driver.env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert info.returncode == 0, info.stderr
+    assert f"cluster: {cluster.address} (Ray 2.60.0, 3 nodes)" in info.stdout
+    gpu_node = next(line for line in info.stdout.splitlines() if cluster.nodes["gpu"][:8] in line)
+    assert "1 CPU, 1 GPU" in gpu_node
+    assert "gpu_name=NVIDIA_H200" in info.stdout and "compute_capability=9.0" in info.stdout
+    assert f"GPUs {GPU} (9.0)" in info.stdout  # what kiln found on the node itself
+
+
 def test_mlp_torch_actions_run_on_the_cluster_byte_identical_to_local(
     tmp_path: Path, cluster: RayCluster, cache: NginxCache
 ) -> None:
@@ -368,11 +417,6 @@ def _wait_for_pids(marker: Path, process: subprocess.Popen[str]) -> tuple[int, i
         time.sleep(0.1)
     process.kill()
     pytest.fail("the remote action never started")
-
-
-def _parent_of(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat.rpartition(")")[2].split()[1])
 
 
 def _gone(pid: int) -> bool:

@@ -62,3 +62,28 @@ def test_query_never_imports_torch_and_warm_cache_skips_evaluation(
     warm = _query_modules(ws)
     assert not [m for m in warm if m.split(".")[0] in HEAVY]
     assert not [m for m in warm if m in EVALUATION or m.startswith("kiln.rules.")]
+
+
+BUILD_PROBE = """
+import json, sys
+from kiln.cli import main
+code = main(["build", "//:a", "--strategy=local"])
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+def test_a_build_without_remote_executor_never_imports_ray(make_workspace: MakeWorkspace) -> None:
+    ws = make_workspace({"BUILD": 'genrule(name = "a", outs = ["a.txt"], cmd = "echo a > $@")'})
+    run = subprocess.run(
+        [sys.executable, "-c", BUILD_PROBE],
+        cwd=ws.root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    report = json.loads(run.stdout.splitlines()[-1])
+    assert report["code"] == 0, run.stderr
+    modules = set(report["modules"])
+    assert not [m for m in modules if m.split(".")[0] in ("ray", *HEAVY)]
+    assert not [m for m in modules if m.startswith("kiln.remote_exec")]

@@ -264,15 +264,29 @@ class Executor:
         return _Done(Source.FILE_WRITE, lane)
 
     def _run(self, action: Action, key: ActionKey, lane: str) -> _Done:
-        from kiln.exec import execroot_files as files
-        from kiln.exec.spawn import SpawnRequest
-
         placement = self.placement.placement(action) if self.placement is not None else None
-        if placement in ("remote", "dynamic") and self.remote_spawner is not None:
+        if placement == "dynamic" and self.remote_spawner is not None:
+            return self._run_dynamic(action, key, lane)
+        if placement == "remote" and self.remote_spawner is not None:
             remote = self._run_remotely(action, key, lane)
             if remote is not None:
                 return remote
             # unreachable, and --remote_local_fallback: on with it here
+        return self._run_here(action, key, lane, placement)
+
+    def _run_here(
+        self,
+        action: Action,
+        key: ActionKey,
+        lane: str,
+        placement: str | None,
+        spawner: Spawner | None = None,
+        claim: Callable[[], bool] | None = None,
+    ) -> _Done:
+        """Run the action in an execroot here. `claim` (--spawn_strategy=dynamic) is asked
+        before anything is stored: False means the remote run won, and this one is moot."""
+        from kiln.exec import execroot_files as files
+        from kiln.exec.spawn import SpawnRequest
 
         try:
             argv = self._argv(action)
@@ -286,7 +300,7 @@ class Executor:
             env.setdefault("TMPDIR", str(root / ".tmp"))
             if self.options.verbose_failures:
                 env[VERBOSE_FAILURES_ENV] = "1"
-            spawner = self._spawner_for(action, placement)
+            spawner = spawner or self._spawner_for(action, placement)
             before = files.input_stats(root, digests)
             run = spawner.spawn(
                 SpawnRequest(
@@ -315,6 +329,8 @@ class Executor:
             text = files.read_text(stdout) + files.read_text(stderr)
             if not run.succeeded:
                 return _Done(run.source, lane, Failure(run.failure_message, text))
+            if claim is not None and not claim():
+                return _Done(None, lane, Failure("the remote run finished first"))
             missing = files.missing_outputs(root, action)
             if missing:
                 message = (
@@ -366,9 +382,54 @@ class Executor:
             environments = self._environments
         return (environments.python_for(action.python_env), *action.argv[1:])
 
-    def _run_remotely(self, action: Action, key: ActionKey, lane: str) -> _Done | None:
+    def _run_dynamic(self, action: Action, key: ActionKey, lane: str) -> _Done:
+        """--spawn_strategy=dynamic, as Bazel's: here and remotely at once; the first
+        success is stored, and the other run is killed (here) or cancelled (remotely)."""
+        from kiln.exec.local_spawner import LocalSpawner
+
+        winner: list[str] = []
+        claim_lock = threading.Lock()
+
+        def claim(branch: str) -> bool:
+            with claim_lock:
+                if not winner:
+                    winner.append(branch)
+                return winner == [branch]
+
+        here = LocalSpawner()  # its own, so that killing it kills only this run
+        give_up = threading.Event()
+        remote: list[_Done | None] = []
+
+        def run_remotely() -> None:
+            done = self._run_remotely(action, key, lane, give_up, lambda: claim("remote"))
+            remote.append(done)
+            if done is not None and done.failure is None:
+                here.cancel_all()
+
+        thread = threading.Thread(target=run_remotely, name="kiln-dynamic", daemon=True)
+        thread.start()
+        try:
+            local = self._run_here(action, key, lane, "local", here, lambda: claim("local"))
+        finally:
+            if winner == ["local"]:
+                give_up.set()
+            thread.join()
+            here.close()
+        if winner == ["remote"] and remote and remote[0] is not None:
+            return remote[0]
+        return local
+
+    def _run_remotely(
+        self,
+        action: Action,
+        key: ActionKey,
+        lane: str,
+        give_up: threading.Event | None = None,
+        claim: Callable[[], bool] | None = None,
+    ) -> _Done | None:
         """Run the action on the remote executor; None if the cluster is unreachable and
-        the action may run here instead (--remote_local_fallback)."""
+        the action may run here instead (--remote_local_fallback). `give_up` and `claim`
+        are the dynamic strategy's (see _run_here)."""
         from kiln.exec.remote_spawn import RemoteInput, RemoteSpawn
 
         assert self.remote_spawner is not None
@@ -381,7 +442,7 @@ class Executor:
                 source = self.workspace_root / path
                 inputs[path] = RemoteInput(digest, os.access(source, os.X_OK), source)
         ran = self.remote_spawner.spawn_remote(
-            RemoteSpawn(action, key.key, inputs, self.options.action_timeout)
+            RemoteSpawn(action, key.key, inputs, self.options.action_timeout, give_up)
         )
         if self._interrupted:
             return _Done(None, ran.lane or lane, Failure("interrupted"))
@@ -390,6 +451,8 @@ class Executor:
         if ran.result is None:
             ran_at = None if ran.unreachable else Source.RAN_REMOTELY
             return _Done(ran_at, ran.lane or lane, Failure(_remote_failure(ran), ran.output))
+        if claim is not None and not claim():
+            return _Done(None, ran.lane or lane, Failure("the local run finished first"))
         self.action_cache.put(key.key, ran.result)
         self._deliver(action, key, ran.result)
         return _Done(Source.RAN_REMOTELY, ran.lane or lane, printed=ran.printed)

@@ -14,6 +14,7 @@ hit (executor.py). The Ray implementation is kiln.remote_exec.spawner.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,9 @@ class RemoteSpawn:
     key: str  # the action key: the remote action-cache entry goes under it
     inputs: Mapping[str, RemoteInput]  # every input file, by its path in the execroot
     timeout: float | None
+    # Set when the result is no longer wanted (--spawn_strategy=dynamic: the local run
+    # won): the remote task is cancelled and spawn_remote returns soon.
+    give_up: threading.Event | None = None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 _CONNECT_PROBE_S = 10.0  # at most, for the TCP check before ray.init
+_CONNECT_ATTEMPTS = 3
 
 
 class ClusterUnreachable(KilnError):
@@ -75,21 +77,28 @@ class Cluster:
             ) from None
         import ray
 
-        # Ray configures its loggers as it is imported; its client's INFO lines (and the
-        # warning that a thread other than the main one connects) are not kiln's output.
+        # Ray configures its loggers as it is imported; the warning that a thread other
+        # than the main one connects is not kiln's output.
         logging.getLogger("ray").setLevel(logging.ERROR)
 
         from kiln.remote_exec import node_runner
 
-        try:
-            ray.init(where)
-        except Exception as error:  # ConnectionError, a version mismatch, ...
-            text = (
-                str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            )
-            raise ClusterUnreachable(
-                f"cannot connect to the Ray cluster at {where}: {text}"
-            ) from None
+        for attempt in range(1, _CONNECT_ATTEMPTS + 1):
+            try:
+                # logging_level: the client's own INFO lines are not kiln's output
+                ray.init(where, logging_level=logging.ERROR)
+                break
+            except Exception as error:  # ConnectionError, a version mismatch, ...
+                with contextlib.suppress(Exception):
+                    ray.shutdown()
+                # Seen with Ray 2.60: "Initialization failure from server" now and then,
+                # right after another client left; the next attempt connects.
+                if attempt == _CONNECT_ATTEMPTS:
+                    text = _first_line(error)
+                    raise ClusterUnreachable(
+                        f"cannot connect to the Ray cluster at {where}: {text}"
+                    ) from None
+                time.sleep(1.0)
         self._run_task = ray.remote(node_runner.run_task)
 
     def close(self) -> None:
@@ -158,7 +167,10 @@ class Cluster:
             result: TaskResult = ray.get(ref)
         except ray.exceptions.TaskCancelledError:
             raise TaskLost("cancelled") from None
-        except (ray.exceptions.RayTaskError, ray.exceptions.RayError) as error:
+        except ray.exceptions.RayTaskError as error:  # run_task raised: a bug, on the node
+            cause = getattr(error, "cause", None) or error
+            raise TaskLost(f"the worker failed: {type(cause).__name__}: {cause}") from None
+        except ray.exceptions.RayError as error:  # its worker or node died too often
             if isinstance(error, ray.exceptions.RaySystemError) and "connect" in str(error):
                 raise self._lost(error) from None
             raise TaskLost(_first_line(error)) from None

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 # How often a waiting action checks that some live node can still run it (seconds).
 RECHECK_S = 5.0
+GIVE_UP_POLL_S = 0.2  # how often a dynamic action's remote run asks whether it lost
 
 
 class RaySpawner:
@@ -93,7 +94,7 @@ class RaySpawner:
             spawn.timeout,
         )
         try:
-            ended = self._run(task, needed)
+            ended = self._run(task, needed, spawn.give_up)
         except ClusterUnreachable as error:
             return RemoteSpawnResult(None, -1, message=error.message, unreachable=True)
         except TaskLost as lost:
@@ -102,8 +103,11 @@ class RaySpawner:
             return RemoteSpawnResult(None, -1, message=ended)
         return self._bring_back(ended)
 
-    def _run(self, task: RemoteTask, needed: Route) -> TaskResult | str:
-        """The task's result; a message if it can no longer run anywhere."""
+    def _run(
+        self, task: RemoteTask, needed: Route, give_up: threading.Event | None
+    ) -> TaskResult | str:
+        """The task's result; a message if it can no longer run anywhere (or is not
+        wanted any more: `give_up`)."""
         ref = self.cluster.submit(task, needed, self.retries)
         with self._lock:
             self._in_flight.add(ref)
@@ -111,10 +115,19 @@ class RaySpawner:
         if cancelled:  # Ctrl-C came while it was submitted: it goes too
             self.cluster.cancel(ref)
         try:
+            waited = 0.0
             while True:
-                result = self.cluster.result(ref, RECHECK_S)
+                step = RECHECK_S if give_up is None else GIVE_UP_POLL_S
+                result = self.cluster.result(ref, step)
                 if result is not None:
                     return result
+                if give_up is not None and give_up.is_set():
+                    self.cluster.cancel(ref)
+                    return "cancelled: not needed any more"
+                waited += step
+                if waited < RECHECK_S:
+                    continue
+                waited = 0.0
                 why = infeasible(needed, self.cluster.nodes(refresh=True))
                 if why is not None:
                     self.cluster.cancel(ref)
