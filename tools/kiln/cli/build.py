@@ -105,9 +105,7 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
         return str(loader.location_of(target))
 
     action_graph = ActionGraph.of(actions)
-    result, seconds = execute_graph(
-        session, options, action_graph, limits, locate, reports, remote
-    )
+    result, seconds = execute_graph(session, options, action_graph, limits, locate, reports, remote)
     unbuilt = unbuilt_owners(action_graph, [o.action for o in result.failed])
     unbuilt |= {e.label for e in errors if e.label}  # refused before running (a GPU)
     withdrawn = withdraw(analysis.actions, unbuilt, session.workspace.root)
