@@ -17,6 +17,9 @@ On the GPU machine, everything on 127.0.0.1 and stopped by PID at the end:
     hits      a third copy with the GPU and --remote_cache only: every action a remote hit
 
 Prints PASS / FAIL / INFO lines (also into $OUT/summary.txt); exit 1 if any failed.
+$OUT gets 8 files at most (what a device call brings back): summary.txt, env.log and
+install.log (from the .sh), info-cluster.txt, remote.log, remote.events.json, local.log,
+hits.log.
 """
 
 from __future__ import annotations
@@ -139,7 +142,8 @@ def workspace(root: Path) -> Path:
 
 
 def build(root: Path, out: Path, name: str, *flags: str) -> tuple[int, list[dict[str, object]]]:
-    events = out / f"{name}.events.json"
+    # $OUT brings back 8 files at most: the remote build's events, no other build's.
+    events = (out if name == "remote" else root.parent) / f"{name}.events.json"
     env = dict(os.environ, XDG_CACHE_HOME=str(root.parent / "xdg"))
     preload = os.environ.get("KILN_ACTION_PRELOAD", "")
     extra = [f"--action_env=LD_PRELOAD={preload}"] if preload else []
