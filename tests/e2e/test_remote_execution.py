@@ -315,6 +315,9 @@ def test_ctrl_c_cancels_remote_tasks_and_caches_nothing(
     assert _gone(shell) and _gone(supervisor)
     instance = cache.root / driver.root.parent.name
     assert not list((instance / "ac").glob("*")) if (instance / "ac").exists() else True
+    # Nor in the driver's disk cache (its root is $XDG_CACHE_HOME/kiln), nor kiln-out/.
+    disk_entries = (driver.root.parent / "xdg").glob("**/ac/*/*")
+    assert not [entry for entry in disk_entries if entry.is_file()]
     assert not (driver.root / "kiln-out" / "long.txt").exists()
 
 
