@@ -321,6 +321,35 @@ def test_ctrl_c_cancels_remote_tasks_and_caches_nothing(
     assert not (driver.root / "kiln-out" / "long.txt").exists()
 
 
+def test_ctrl_c_during_dynamic_kills_both_runs(driver: Driver, tmp_path: Path) -> None:
+    """Each side writes its shell's pid (TMPDIR tells the node's run from the local one)."""
+    cmd = (
+        'case "$$TMPDIR" in */worker-*) side=remote ;; *) side=here ;; esac; '
+        f"echo $$$$ > {tmp_path}/$$side; sleep 120; echo late > $@"
+    )
+    driver.write("BUILD", f'genrule(name = "race", outs = ["race.txt"], cmd = {cmd!r})')
+    process = driver.start("//:race", "--spawn_strategy=dynamic")
+    pids: dict[str, int] = {}
+    deadline = time.monotonic() + 120
+    while len(pids) < 2 and time.monotonic() < deadline and process.poll() is None:
+        for side in ("here", "remote"):
+            text = (tmp_path / side).read_text() if (tmp_path / side).exists() else ""
+            if text.endswith("\n"):
+                pids[side] = int(text)
+        time.sleep(0.1)
+    if len(pids) < 2:
+        process.kill()
+        pytest.fail(f"both runs never started: {pids}\n{process.communicate()[1]}")
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 8, err
+    deadline = time.monotonic() + 20
+    while not all(_gone(pid) for pid in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert {side: _gone(pid) for side, pid in pids.items()} == {"here": True, "remote": True}
+    assert not (driver.root / "kiln-out" / "race.txt").exists()
+
+
 def test_an_unreachable_head_is_a_clear_error_or_a_local_fallback(
     tmp_path: Path, cluster: RayCluster, cache: NginxCache
 ) -> None:

@@ -122,6 +122,8 @@ class Executor:
     # Python environments (kiln.pyenv), made when the first Python action runs.
     _environments: EnvironmentStore | None = None
     report: Callable[[str], None] = lambda text: None  # progress of making environments
+    # --spawn_strategy=dynamic: each racing action's own local spawner, for Ctrl-C.
+    _racing: set[Spawner] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.execroots = Execroots(self.output_base.execroot, self.workspace_root, self.cas)
@@ -185,7 +187,9 @@ class Executor:
     def interrupt(self) -> None:
         """Ctrl-C: kill what runs; nothing more is stored."""
         self._interrupted = True
-        for spawner in (self.local, self.worker, self.remote_spawner):
+        with self._spawner_lock:
+            racing = list(self._racing)
+        for spawner in (self.local, self.worker, self.remote_spawner, *racing):
             if spawner is not None:
                 spawner.cancel_all()
 
@@ -397,6 +401,10 @@ class Executor:
                 return winner == [branch]
 
         here = LocalSpawner()  # its own, so that killing it kills only this run
+        with self._spawner_lock:
+            self._racing.add(here)
+        if self._interrupted:  # Ctrl-C came before `here` was known to interrupt()
+            here.cancel_all()
         give_up = threading.Event()
         remote: list[_Done | None] = []
 
@@ -415,6 +423,8 @@ class Executor:
                 give_up.set()
             thread.join()
             here.close()
+            with self._spawner_lock:
+                self._racing.discard(here)
         if winner == ["remote"] and remote and remote[0] is not None:
             return remote[0]
         return local
