@@ -330,24 +330,33 @@ def test_ctrl_c_during_dynamic_kills_both_runs(driver: Driver, tmp_path: Path) -
     driver.write("BUILD", f'genrule(name = "race", outs = ["race.txt"], cmd = {cmd!r})')
     process = driver.start("//:race", "--spawn_strategy=dynamic")
     pids: dict[str, int] = {}
-    deadline = time.monotonic() + 120
-    while len(pids) < 2 and time.monotonic() < deadline and process.poll() is None:
-        for side in ("here", "remote"):
-            text = (tmp_path / side).read_text() if (tmp_path / side).exists() else ""
-            if text.endswith("\n"):
-                pids[side] = int(text)
-        time.sleep(0.1)
-    if len(pids) < 2:
-        process.kill()
-        pytest.fail(f"both runs never started: {pids}\n{process.communicate()[1]}")
-    process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=60)
-    assert process.returncode == 8, err
-    deadline = time.monotonic() + 20
-    while not all(_gone(pid) for pid in pids.values()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert {side: _gone(pid) for side, pid in pids.items()} == {"here": True, "remote": True}
-    assert not (driver.root / "kiln-out" / "race.txt").exists()
+    try:
+        deadline = time.monotonic() + 120
+        while len(pids) < 2 and time.monotonic() < deadline and process.poll() is None:
+            for side in ("here", "remote"):
+                text = (tmp_path / side).read_text() if (tmp_path / side).exists() else ""
+                if text.endswith("\n"):
+                    pids[side] = int(text)
+            time.sleep(0.1)
+        if len(pids) < 2:
+            process.kill()
+            pytest.fail(f"both runs never started: {pids}\n{process.communicate()[1]}")
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+        assert process.returncode == 8, err
+        deadline = time.monotonic() + 20
+        while not all(_gone(pid) for pid in pids.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert {side: _gone(pid) for side, pid in pids.items()} == {"here": True, "remote": True}
+        assert not (driver.root / "kiln-out" / "race.txt").exists()
+    finally:  # a failed assertion leaves nothing running either
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+        for pid in pids.values():
+            if not _gone(pid):  # still the command's shell: it outlived the build
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 def test_an_unreachable_head_is_a_clear_error_or_a_local_fallback(
