@@ -36,7 +36,7 @@ from pydantic.fields import FieldInfo
 
 from kiln.action_graph import GENERATED_ROOT, Action, File
 from kiln.errors import KilnError
-from kiln.host_facts import HostFacts, Toolchain, ToolchainResolver
+from kiln.host_facts import GPU_HOST, HostFacts, Toolchain, ToolchainResolver
 from kiln.rule_api import AnalyzedTarget, DefaultInfo, Rule, RuleAttrs, RuleContext
 from kiln.rule_api.attrs import LABEL, OUTPUT
 
@@ -210,6 +210,8 @@ HOST = _CapableHost(
 
 class _ExampleToolchains(ToolchainResolver):
     def get(self, toolchain: Toolchain[Any]) -> Any:
+        if toolchain.name == GPU_HOST.name:  # GPU actions run on the capable host too
+            return self.host
         if toolchain.example is None:
             raise ShapeError(
                 f"toolchain '{toolchain.name}' has no example value: give its Toolchain(...) "
