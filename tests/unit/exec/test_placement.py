@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from kiln.action_graph import Action, File, Resources
+from kiln.action_graph import Action, File, PythonPackage, Resources
 from kiln.exec.placement import PlacementPolicy
 from kiln.exec.platform_match import MachineOffer
 from kiln.host_facts import HostFacts
@@ -65,3 +65,12 @@ def test_a_remote_action_holds_only_a_job_slot_here() -> None:
     assert policy.reserved(heavy) == Resources(cpu=1, gpu=0, memory_mb=0)
     light = _action()
     assert policy.reserved(light) == light.resources
+
+
+def test_an_action_with_pip_packages_stays_here() -> None:
+    """Nodes cannot make a Python environment of @pip// packages yet (kiln.pyenv)."""
+    timm = PythonPackage("timm", "1.0.0", ("sha256:" + "0" * 64,))
+    action = dataclasses.replace(_action(gpu=0), python_env=(timm,))
+    policy = PlacementPolicy(remote=True, default="remote", local_gpus=0, here=MachineOffer(HOST))
+    assert policy.placement(action) == "worker"
+    assert policy.placement(dataclasses.replace(action, python_env=())) == "remote"

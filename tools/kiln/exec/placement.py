@@ -45,6 +45,10 @@ class PlacementPolicy:
         chosen = self.by_mnemonic.get(action.mnemonic, self.default)
         if action.content is not None:
             return "local"
+        if action.python_env:
+            # Third-party packages (@pip//): their environment is made here (kiln.pyenv);
+            # nodes cannot make one yet, so such an action never leaves.
+            return chosen if chosen in ("local", "worker") else self.local_flavour
         if not self.remote:
             return chosen if chosen in ("local", "worker") else self.local_flavour
         if chosen in ("local", "worker"):

@@ -108,9 +108,7 @@ class ActionFactory:
                 env=tuple(PYTHON_ACTION_ENV.items()),
                 platform=tuple(
                     {
-                        **self.python_platform(
-                            module, packages, python_env, gpu=resources.gpu > 0
-                        ),
+                        **self.python_platform(module, packages, python_env, gpu=resources.gpu > 0),
                         **(platform or {}),
                     }.items()
                 ),
