@@ -436,11 +436,20 @@ def test_mlp_torch_actions_run_on_the_cluster_byte_identical_to_local(
         builds[name] = (driver, built)
     remote_driver, remote_built = builds["remote"]
     local_driver, local_built = builds["local"]
-    ran = {k: a["strategy"] for k, a in remote_built.actions().items()}
-    for mnemonic in ("TorchExport", "AotiPackage", "AotiValidate"):
-        assert ran[f"{mnemonic} //models:mlp_pt2"] == "remote-exec"
-    for output in ("mlp_pt2.ep.pt2", "mlp_pt2.pt2", "mlp_pt2.validation.json"):
-        assert remote_driver.out(f"models/{output}") == local_driver.out(f"models/{output}")
+    # Every action that runs a command went to the cluster (whatever steps the rule
+    # splits packaging into); only file writes stay on the driver.
+    ran = {
+        k: a["strategy"]
+        for k, a in remote_built.actions().items()
+        if not k.startswith("FileWrite ")
+    }
+    assert {"TorchExport //models:mlp_pt2", "AotiValidate //models:mlp_pt2"} <= set(ran)
+    assert set(ran.values()) == {"remote-exec"}, ran
+    remote_out, local_out = (d.root / "kiln-out" / "models" for d in (remote_driver, local_driver))
+    made = sorted(p.relative_to(local_out) for p in local_out.rglob("*") if p.is_file())
+    assert Path("mlp_pt2.pt2") in made and Path("mlp_pt2.validation.json") in made
+    for path in made:
+        assert (remote_out / path).read_bytes() == (local_out / path).read_bytes(), path
     keys = {k: a["key"] for k, a in remote_built.actions().items()}
     assert keys == {k: a["key"] for k, a in local_built.actions().items()}
 
