@@ -40,7 +40,8 @@ def test_host_gpu_and_distribution_properties_are_compared() -> None:
 
 def test_artifact_properties_and_unknown_probe_facts_are_left_alone() -> None:
     offer = MachineOffer(HOST)
-    action = _action(device="cuda", target_platform="windows_x86_64", cuda="13.0")
+    # python_env: every Python action has it; a GPU worker refused them all (on the H200).
+    action = _action(device="cuda", target_platform="windows_x86_64", cuda="13.0", python_env="1")
     assert mismatches(action, offer) == []
     probed = MachineOffer(HOST, extra={"cuda": "12.8"})
     assert [m.name for m in mismatches(action, probed)] == ["cuda"]

@@ -18,6 +18,8 @@ What each property means here:
     cuda, tensorrt,                  what the TensorRT probe found, where the offer has
       torch_tensorrt_flavour         it (left alone where it does not)
     device, target_platform          the artifact's, not the machine's: left alone
+    python_env                       the format of the action's Python environment
+                                     (pyenv), which a machine makes: left alone
     anything else                    a distribution's version, as
                                      ActionFactory.python_platform writes it ("-": absent)
 """
@@ -36,7 +38,7 @@ from kiln.machine import Gpu
 _HOST = ("os", "arch", "python", "python_impl")
 _GPU = ("gpu_name", "compute_capability")
 PROBE_KEYS = ("cuda", "tensorrt", "torch_tensorrt_flavour")
-_ARTIFACT = ("device", "target_platform")
+_ARTIFACT = ("device", "target_platform", "python_env")
 ACTIONS_CODE = "kiln_actions"
 ACTIONS_PREFIX = "kiln.actions."
 

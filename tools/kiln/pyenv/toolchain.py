@@ -12,6 +12,7 @@ a lock is resolved, never on a no-op build.
 from __future__ import annotations
 
 import functools
+import sys
 import sysconfig
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -43,9 +44,18 @@ class Distribution:
 
 
 def site_directories() -> tuple[Path, ...]:
-    """Where the toolchain's distributions are installed (purelib, platlib)."""
+    """Where the toolchain's distributions are installed: purelib, platlib, and every
+    other folder on sys.path holding distributions. A .pth file (or PYTHONPATH) may put
+    the toolchain's torch there: the GPU image's torch lives in another venv, a
+    Torch-TensorRT bundle is unpacked beside it; missing those, an environment would
+    lack torch although the interpreter kiln runs with imports it."""
     paths = sysconfig.get_paths()
-    return tuple(dict.fromkeys(Path(paths[key]) for key in ("purelib", "platlib")))
+    found = [Path(paths[key]) for key in ("purelib", "platlib")]
+    for entry in sys.path:
+        folder = Path(entry)
+        if entry and folder.is_dir() and next(folder.glob("*.dist-info"), None) is not None:
+            found.append(folder)
+    return tuple(dict.fromkeys(found))
 
 
 @functools.cache
