@@ -194,14 +194,45 @@ def layout_of(
     return layout
 
 
+# Ops whose result depends on their inputs' shapes, dtypes and devices, never on their
+# values: Inductor drops what only feeds them, so the weights behind them are not kept
+# (a program returning zeros_like(model(x)) reads no weight), and that is no inlining.
+_SHAPE_ONLY = frozenset(
+    {
+        "empty_like",
+        "full_like",
+        "new_empty",
+        "new_full",
+        "new_ones",
+        "new_zeros",
+        "ones_like",
+        "sym_numel",
+        "sym_size",
+        "sym_storage_offset",
+        "sym_stride",
+        "zeros_like",
+    }
+)
+
+
 def used_weights(program: torch.export.ExportedProgram) -> set[str]:
-    """The names of the parameters and buffers the program's graph reads."""
+    """The names of the parameters and buffers whose values the program's outputs depend
+    on: the graph walked back from its outputs, through every input but those of
+    shape-only ops."""
     signature = program.graph_signature
     by_input = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
+    pending = [node for node in program.graph.nodes if node.op == "output"]
+    seen: set[torch.fx.Node] = set()
+    while pending:
+        node = pending.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op == "call_function" and getattr(node.target, "_opname", None) in _SHAPE_ONLY:
+            continue
+        pending.extend(node.all_input_nodes)
     return {
-        by_input[node.name]
-        for node in program.graph.nodes
-        if node.op == "placeholder" and node.name in by_input and node.users
+        by_input[node.name] for node in seen if node.op == "placeholder" and node.name in by_input
     }
 
 
