@@ -82,6 +82,10 @@ def main(spec: JoinSpec) -> None:
                 if spec.form == "separate":
                     continue
                 data = build_blob(layout, weights, data)
+                if not data:
+                    # No constant kept (a program whose outputs read no weight):
+                    # AOTInductor's loader fails to mmap an empty blob, and loads without one.
+                    continue
             elif record.endswith(METADATA_SUFFIX):
                 data = json.dumps({**json.loads(data), **metadata}, sort_keys=True).encode()
             writer.write_bytes(record, data)
