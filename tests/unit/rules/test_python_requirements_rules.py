@@ -8,7 +8,7 @@ import pytest
 from kiln.action_graph import Action, PythonPackage
 from kiln.analysis.analyzer import Analyzer
 from kiln.errors import KilnError
-from kiln.host_facts import HostFacts
+from kiln.host_facts import HostFacts, ToolchainResolver
 from kiln.loading.graph import GraphBuilder
 from kiln.rules import load_rule
 
@@ -71,7 +71,9 @@ TARGETS = ["//m:vit_pt2", "//m:bert_pt2", "//m:plain_pt2", "//m:w"]
 def analyze(ws: FixtureWorkspace, labels: list[str] = TARGETS) -> list[Action]:
     loader = ws.loader()
     graph = GraphBuilder(loader).build(labels)
-    analyzer = Analyzer(graph, load_rule, loader.location_of, HostFacts.of_this_machine())
+    analyzer = Analyzer(
+        graph, load_rule, loader.location_of, ToolchainResolver(HostFacts.of_this_machine())
+    )
     return analyzer.analyze(labels).actions
 
 
