@@ -89,6 +89,10 @@ class BuildResult:
     err: str
     events: list[dict[str, object]]
 
+    def caches(self) -> set[object]:
+        """Where the results came from: the `cache` field of every finished action."""
+        return {e["cache"] for e in self.events if e.get("type") == "action_finished"}
+
     def actions(self, mnemonic: str) -> list[str]:
         """Statuses of the actions with this mnemonic: executed, cached or failed."""
         return [
@@ -106,10 +110,11 @@ class ModelWorkspace:
     root: Path
     env: dict[str, str]
 
-    def build(self, *args: str) -> BuildResult:
+    def build(self, *args: str, interpreter: str = sys.executable) -> BuildResult:
+        """`interpreter`: kiln run by another Python (issue 11 C1: a venv at another path)."""
         events = self.root.parent / "events.json"
         done = subprocess.run(
-            [*KILN, "build", *args, f"--build_event_json_file={events}"],
+            [interpreter, "-m", "kiln", "build", *args, f"--build_event_json_file={events}"],
             cwd=self.root,
             env=self.env,
             capture_output=True,

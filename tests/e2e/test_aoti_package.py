@@ -161,6 +161,24 @@ def test_identical_inputs_give_a_byte_identical_package(
     assert mine == theirs
 
 
+def test_another_checkout_path_and_venv_path_get_only_cache_hits(
+    mlp: ModelWorkspace, tmp_path: Path
+) -> None:
+    """Issue 11 C1: keys held the interpreter's absolute path, so the same venv through
+    another path (or a checkout elsewhere) missed every torch action of a shared cache."""
+    venv = tmp_path / "another" / "venv"
+    venv.parent.mkdir()
+    venv.symlink_to(sys.prefix, target_is_directory=True)  # the same venv, at another path
+    cache = Path(mlp.env["XDG_CACHE_HOME"])  # the same disk cache; its own output base
+    other = make_workspace(tmp_path / "another" / "checkout", cache)
+    run = other.build("//models:mlp_pt2", interpreter=str(venv / "bin" / "python"))
+    assert run.code == 0, run.err
+    assert run.caches() == {"disk"}, run.err
+    assert (other.root / "kiln-out/models/mlp_pt2.pt2").read_bytes() == (
+        mlp.root / "kiln-out/models/mlp_pt2.pt2"
+    ).read_bytes()
+
+
 def test_noop_rebuild_never_imports_torch(mlp: ModelWorkspace) -> None:
     script = textwrap.dedent(
         """

@@ -19,6 +19,14 @@ from dataclasses import dataclass, field
 
 GENERATED_ROOT = "kiln-out"
 
+# argv[0] of a Python action (`python -m kiln.actions.<name> ...`): a name, not a
+# path, so that no key holds where an interpreter is installed (a venv at another
+# path, another checkout, another machine all compute the same key). The spawner
+# that runs the command resolves it to its own interpreter: the local spawner to
+# the build's (--strategy=local), a persistent worker is that interpreter already,
+# a remote spawner to the one on its machine (kiln.exec.spawn.resolve_argv).
+PYTHON_INTERPRETER = "python"
+
 # The whole environment of a Python action: nothing of the user's shell leaks in.
 PYTHON_ACTION_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -89,7 +97,7 @@ class Action:
     # versions, GPU compute capability. They are part of the key.
     platform: tuple[tuple[str, str], ...] = ()
     resources: Resources = field(default_factory=Resources)
-    supports_workers: bool = False  # argv is [python, -m, module, ...]
+    supports_workers: bool = False  # argv is [PYTHON_INTERPRETER, -m, module, ...]
     # For a file-write action: the content, written without running anything.
     content: bytes | None = None
     is_executable: bool = False

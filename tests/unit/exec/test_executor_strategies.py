@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from kiln.action_graph import Action, File
+from kiln.action_graph import PYTHON_INTERPRETER, Action, File
 from kiln.cache.action_cache import ActionCache
 from kiln.cache.cas import ContentStore
 from kiln.cache.digest_cache import FileDigestCache
@@ -54,7 +54,7 @@ def _action() -> Action:
     return Action(
         owner="//app:result",
         mnemonic="PyAction",
-        argv=(sys.executable, "-m", "tools.act", "a", "b"),
+        argv=(PYTHON_INTERPRETER, "-m", "tools.act", "a", "b"),
         inputs=(File("tools/act.py"), File("tools/data.txt")),
         outputs=(File("kiln-out/app/result.txt"),),
         env=(("GREETING", "hi"), ("PATH", "/usr/bin:/bin")),

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kiln.action_graph import Resources
+from kiln.action_graph import PYTHON_INTERPRETER, Resources
 from kiln.exec.local_spawner import LocalSpawner
 from kiln.exec.outcome import Source
 from kiln.exec.spawn import Spawner, SpawnRequest
@@ -31,7 +31,7 @@ if mode == "segv":
 @pytest.fixture(params=["local", "worker"])
 def spawner(request: pytest.FixtureRequest) -> Iterator[tuple[Spawner, Source]]:
     if request.param == "local":
-        yield LocalSpawner(), Source.RAN_LOCALLY
+        yield LocalSpawner(sys.executable), Source.RAN_LOCALLY
         return
     worker = WorkerSpawner(sys.executable, max_instances=1, preload=())
     yield worker, Source.RAN_IN_WORKER
@@ -43,7 +43,7 @@ def _request(tmp_path: Path, mode: str, timeout: float | None = None) -> SpawnRe
     root.mkdir(exist_ok=True)
     (root / "act.py").write_text(ACTION)
     return SpawnRequest(
-        argv=(sys.executable, "-m", "act", mode),
+        argv=(PYTHON_INTERPRETER, "-m", "act", mode),  # each spawner resolves it
         env={"PATH": "/usr/bin:/bin"},
         execroot=root,
         stdout=tmp_path / "stdout",

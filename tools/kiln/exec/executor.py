@@ -69,6 +69,8 @@ class ExecOptions:
     # --verbose_failures: actions show the traceback behind their one-line error. Set
     # at spawn time, outside the key: asking for more detail rebuilds nothing.
     verbose_failures: bool = False
+    # The interpreter Python actions run with: their argv names it symbolically
+    # (PYTHON_INTERPRETER), so where it is installed is in no key.
     python: str = ""
     # Modules a worker imports once at start: what Python actions would import each time.
     worker_preload: tuple[str, ...] = ("torch", "torch._inductor")
@@ -488,7 +490,7 @@ class Executor:
             if self.local is None:
                 from kiln.exec.local_spawner import LocalSpawner
 
-                self.local = LocalSpawner()
+                self.local = LocalSpawner(self.options.python)
             return self.local
 
     def _forget_generated(self, digests: dict[str, Digest]) -> None:

@@ -2,7 +2,8 @@
 
 Each child gets its own process group, so Ctrl-C and timeouts can stop the
 action with everything it started, and kiln's own signal handling is not
-disturbed by the child's.
+disturbed by the child's. A Python action's symbolic interpreter is this
+build's (`python`, given at construction).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import threading
 import time
 
 from kiln.exec.outcome import Source
-from kiln.exec.spawn import SpawnRequest, SpawnResult
+from kiln.exec.spawn import SpawnRequest, SpawnResult, resolve_argv
 
 
 class LocalSpawner:
-    def __init__(self) -> None:
+    def __init__(self, python: str) -> None:
+        self._python = python
         self._running: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
         self._cancelled = False
@@ -28,10 +30,11 @@ class LocalSpawner:
         start = time.monotonic()
         if self._cancelled:
             return SpawnResult(-1, 0.0, Source.RAN_LOCALLY, crashed=True, message="interrupted")
+        argv = resolve_argv(request.argv, self._python)
         with request.stdout.open("wb") as out, request.stderr.open("wb") as err:
             try:
                 process = subprocess.Popen(
-                    request.argv,
+                    argv,
                     cwd=request.execroot,
                     env=dict(request.env),
                     stdin=subprocess.DEVNULL,
@@ -40,7 +43,7 @@ class LocalSpawner:
                     start_new_session=True,
                 )
             except OSError as error:
-                message = f"cannot run {request.argv[0]}: {error.strerror}"
+                message = f"cannot run {argv[0]}: {error.strerror}"
                 return SpawnResult(127, 0.0, Source.RAN_LOCALLY, message=message)
             with self._lock:
                 self._running[process.pid] = process

@@ -14,6 +14,12 @@ execroot whose files are the inputs, the declared outputs to bring back into
 the execroot, where stdout/stderr go, the timeout, the resources the
 scheduler reserved and the platform properties a machine must match), and
 its result names its Source.
+
+A Python action's argv[0] is the name PYTHON_INTERPRETER ("python"), never a
+path (so keys are the same wherever Python is installed): each spawner
+resolves it to the interpreter it runs Python with (resolve_argv). A remote
+spawner resolves it on its machine, to the interpreter of the environment
+that machine holds.
 """
 
 from __future__ import annotations
@@ -23,13 +29,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from kiln.action_graph import File, Resources
+from kiln.action_graph import PYTHON_INTERPRETER, File, Resources
 from kiln.exec.outcome import Source
+
+
+def resolve_argv(argv: tuple[str, ...], python: str) -> tuple[str, ...]:
+    """The command to execute: argv with a symbolic PYTHON_INTERPRETER as `python`."""
+    if argv and argv[0] == PYTHON_INTERPRETER:
+        return (python, *argv[1:])
+    return argv
 
 
 @dataclass(frozen=True)
 class SpawnRequest:
-    argv: tuple[str, ...]
+    argv: tuple[str, ...]  # as the action declares it: argv[0] may be PYTHON_INTERPRETER
     env: Mapping[str, str]  # the command's whole environment
     execroot: Path  # its working directory, holding exactly its declared inputs
     stdout: Path  # created (or truncated) by the spawner

@@ -18,6 +18,7 @@ from kiln.action_graph import (
     PIP_PROPERTY,
     PYTHON_ACTION_ENV,
     PYTHON_ENV_FORMAT,
+    PYTHON_INTERPRETER,
     Action,
     File,
     PythonPackage,
@@ -97,12 +98,15 @@ class ActionFactory:
         It runs in the environment of the toolchain plus exactly `python_env` (the
         locked closure of the packages the target declares, `@pip//name`); its
         platform is python_platform(module, packages, python_env), plus `platform`.
+        argv[0] is PYTHON_INTERPRETER, a name the executor and the spawner resolve (to
+        the environment's interpreter, or this build's), never a path: the key is the
+        same wherever Python is installed.
         """
         return self._declare(
             Action(
                 owner=self.owner,
                 mnemonic=mnemonic,
-                argv=(self.host.interpreter, "-m", f"kiln.actions.{module}", spec.path),
+                argv=(PYTHON_INTERPRETER, "-m", f"kiln.actions.{module}", spec.path),
                 inputs=(spec, *inputs),
                 outputs=tuple(outputs),
                 env=tuple(PYTHON_ACTION_ENV.items()),
