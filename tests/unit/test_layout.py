@@ -22,6 +22,7 @@ def test_output_base_names_every_state_file(tmp_path: Path) -> None:
         "execroot",
     ]
     assert base.digest_log("blake3") == tmp_path / "digests-blake3.log"
+    assert base.blob_log("sha256") == tmp_path / "blobs-sha256.log"
     # kiln clean removes the record of kiln-out/, never the caches describing sources.
     assert base.build_state() == (
         base.explain_log,

@@ -8,6 +8,7 @@
         action-state.pickle               what kiln-out/ holds: the no-op path (exec)
         explain.pickle                    each action's last key parts, for --explain
         digests-<function>.log            source file digests by stat data
+        blobs-<function>.log              the stamps of the CAS blobs verified (cas.py)
         execroot/                         private execroots of running actions
         python-envs/<digest>/             Python environments: toolchain + locked packages
     <disk cache>/                         shared by workspaces (--disk_cache)
@@ -94,6 +95,9 @@ class OutputBase:
 
     def digest_log(self, function: str) -> Path:
         return self.root / f"digests-{function}.log"
+
+    def blob_log(self, function: str) -> Path:
+        return self.root / f"blobs-{function}.log"
 
     def build_state(self) -> tuple[Path, ...]:
         """What `kiln clean` removes with kiln-out/: the record of what kiln-out/ held.

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from kiln.action_graph import Action, File
 from kiln.cache.cas import ContentStore
-from kiln.exec.execroot import Execroots
+from kiln.exec.execroot import Execroots, InputUnavailable
 
 
 @pytest.fixture
@@ -81,3 +81,31 @@ def test_two_actions_at_once_get_two_execroots(execroots: Execroots) -> None:
     execroots.release(two)
     execroots.close()
     assert list(execroots.base.iterdir()) == []
+
+
+def test_an_input_blob_gone_during_the_build_is_put_back_from_kiln_out(
+    execroots: Execroots,
+) -> None:
+    """Issue 11 B2: a concurrent collection or expunge of a shared cache removed a blob
+    an action was about to read."""
+    blob = execroots.cas.put_bytes(b"generated")
+    kept = execroots.workspace_root / "kiln-out/c/gen.txt"
+    execroots.cas.materialize(blob, kept)
+    execroots.cas.path(blob).unlink()
+    action = _action(("kiln-out/c/gen.txt",), "kiln-out/a/out.txt")
+    root = execroots.create(action, "k", {"kiln-out/c/gen.txt": blob})
+    assert (root / "kiln-out/c/gen.txt").read_bytes() == b"generated"
+    assert execroots.cas.intact(blob)
+
+
+def test_an_input_blob_nothing_can_restore_fails_naming_the_input(
+    execroots: Execroots,
+) -> None:
+    blob = execroots.cas.put_bytes(b"generated")
+    execroots.cas.path(blob).unlink()  # and kiln-out/ never held it
+    action = _action(("a/src.txt", "kiln-out/c/gen.txt"), "kiln-out/a/out.txt")
+    with pytest.raises(
+        InputUnavailable, match=r"its input kiln-out/c/gen\.txt left the disk cache"
+    ):
+        execroots.create(action, "k", {"a/src.txt": blob, "kiln-out/c/gen.txt": blob})
+    assert len(execroots._free) == 1  # the half-made execroot went back to the pool

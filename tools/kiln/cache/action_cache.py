@@ -19,9 +19,10 @@ it would write outside the output tree. Unknown keys and another version
 are refused too: an entry is a cache, so anything unexpected is a miss, and
 get() deletes it.
 
-An entry is a hit only while every blob it names is in the CAS with the right
-size (lookup); the blobs and the entry are touched on a hit, which is what
-garbage collection reads as "last used". The entry is touched first, so of
+An entry is a hit only while every blob it names is in the CAS and intact
+(lookup: ContentStore.check, a stat while the blob's stamp holds); the blobs
+and the entry are touched on a hit, which is what garbage collection reads
+as "last used". The entry is touched first, so of
 an entry and its blobs, the entry looks the older and is collected first.
 """
 
@@ -231,7 +232,8 @@ class ActionCache:
         write_atomic(self.path(key), result.to_json(), 0o444, sync=False)
 
     def lookup(self, key: str, cas: ContentStore) -> ActionResult | None:
-        """The result, only if every blob it names is in cas; a hit touches them all."""
+        """The result, only if every blob it names is in cas and intact (a damaged one is
+        removed there); a hit touches them all."""
         result = self.get(key)
         if result is None:
             return None
@@ -240,6 +242,6 @@ class ActionCache:
         named = result.digests()
         for digest, executable in named:
             cas.touch(digest, executable)
-        if all(cas.has(digest, executable) for digest, executable in named):
+        if all(cas.intact(digest, executable) for digest, executable in named):
             return result
         return None

@@ -9,7 +9,21 @@ On disk, under the cache root:
 A blob is either whole or absent: it is written under a temp name in its
 shard directory, fsynced, renamed into place and the directory fsynced
 (atomic.py). Its name is its hash, so a reader can always re-hash it and
-compare (verify). has() checks presence and size only: a stat, never a hash.
+compare. has() checks presence and size only: a stat, never a hash.
+
+A blob is verified before it is used (check(): materialize, a cache hit, an
+upload, put_file finding it already there). Hard links share an inode, so a
+write through any of them (a kiln-out/ file edited in place, an action that
+wrote through an input; root ignores the read-only mode) or a flipped byte
+on disk changes the blob. So that verifying costs a stat and not a hash, the
+store keeps a stamp log (digest_cache.py with ctime left out: links and
+access times change ctime, not content): the inode, size and mtime each blob
+had when its content was last hashed. Every blob is sealed with its mtime
+set SEALED_MTIME_AGE_NS in the past, so any later write moves the mtime and
+the stamp of a blob just written is never racily clean. A blob whose stamp
+is unknown or changed is hashed; one whose content no longer matches its
+name is removed at once (on_damaged is told), and whoever needed it builds
+it again.
 
 Executable outputs get their own copy because hard links share one inode and
 so one mode: a blob cannot be 0444 under one name and 0555 under another.
@@ -41,6 +55,7 @@ blobs a hit names.
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
 import os
 import queue
@@ -48,6 +63,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -60,6 +76,7 @@ from kiln.cache.atomic import (
     unlink_quietly,
 )
 from kiln.cache.digest import Digest, Hasher, digest_bytes, digest_file, new_hasher
+from kiln.cache.digest_cache import RACY_NS, FileDigestCache
 from kiln.errors import KilnError
 from kiln.layout import DiskCache
 
@@ -76,10 +93,28 @@ _NO_COPY_FILE_RANGE = frozenset(
 # link() failures that mean "copy instead": another filesystem, a filesystem
 # without hard links, too many links, or protected_hardlinks.
 _CANNOT_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES})
+# A sealed blob's mtime, this far before its sealing: older than the stamp log's
+# racily-clean window, so its stamp is recorded at once; any write after the seal
+# sets the mtime to the present, never to this value.
+SEALED_MTIME_AGE_NS = RACY_NS + 1_000_000_000
 
 
 class BlobMismatch(KilnError):
     """A blob's content is not what its digest says (a tampered or truncated download)."""
+
+
+class MissingBlob(KilnError):
+    """A blob that should be in the local cache is not (collected, expunged)."""
+
+
+class DamagedBlob(KilnError):
+    """A blob's content no longer matches its name (written through a link, on disk)."""
+
+
+class BlobState(enum.Enum):
+    INTACT = "intact"
+    MISSING = "missing"
+    DAMAGED = "damaged"  # found so, and removed
 
 
 def _mode(executable: bool) -> int:
@@ -87,13 +122,23 @@ def _mode(executable: bool) -> int:
 
 
 class ContentStore:
-    """Blobs under `root/cas`, named by their `function` digest."""
+    """Blobs under `root/cas`, named by their `function` digest.
 
-    def __init__(self, root: Path, function: str = "sha256") -> None:
+    `stamps` remembers which blobs are verified (a FileDigestCache made with
+    ctime=False; kept in the output base by the executor); without one, each
+    blob is hashed once per ContentStore. `on_damaged(digest, path)` is called
+    for each damaged blob removed.
+    """
+
+    def __init__(
+        self, root: Path, function: str = "sha256", stamps: FileDigestCache | None = None
+    ) -> None:
         new_hasher(function)  # rejects an unknown function now, not at the first write
         self.root = Path(root)
         self.function = function
         self._dir = DiskCache(self.root).cas
+        self._stamps = FileDigestCache(None, function, ctime=False) if stamps is None else stamps
+        self.on_damaged: Callable[[Digest, Path], None] | None = None
 
     def path(self, digest: Digest, executable: bool = False) -> Path:
         name = digest.hash + ".x" if executable else digest.hash
@@ -106,6 +151,28 @@ class ContentStore:
         except FileNotFoundError:
             return False
 
+    def check(self, digest: Digest, executable: bool = False) -> BlobState:
+        """Whether the blob is present and holds its digest's content: by the stamp it had
+        when last verified, else hashed. A damaged one is removed (on_damaged is told)."""
+        path = self.path(digest, executable)
+        try:
+            st = os.stat(path)
+            if self._stamps.verify(str(path), digest):
+                return BlobState.INTACT
+        except FileNotFoundError:
+            return BlobState.MISSING
+        # Remove only what was examined: a writer may have renamed a good one there since.
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.stat(path), st):
+                os.unlink(path)
+        if self.on_damaged is not None:
+            self.on_damaged(digest, path)
+        return BlobState.DAMAGED
+
+    def intact(self, digest: Digest, executable: bool = False) -> bool:
+        """check() is INTACT: present, and verified."""
+        return self.check(digest, executable) is BlobState.INTACT
+
     def touch(self, digest: Digest, executable: bool = False) -> None:
         """Mark the blob as used now; a missing blob is not an error."""
         mark_used(self.path(digest, executable))
@@ -113,7 +180,7 @@ class ContentStore:
     def put_file(self, src: Path, digest: Digest | None = None, executable: bool = False) -> Digest:
         """Store src's content; `digest`, when given, is trusted to be its digest."""
         src = Path(src)
-        if digest is not None and self.has(digest, executable):
+        if digest is not None and self.intact(digest, executable):
             self.touch(digest, executable)
             return digest
         st = os.lstat(src)
@@ -123,20 +190,22 @@ class ContentStore:
             and stat.S_IMODE(st.st_mode) == _mode(executable)
             and st.st_dev == self._device()
         )
+        hashed_by_caller = digest is not None
         if digest is None and not linkable:
             return self._copy_in(src, None, executable)
         if digest is None:
             digest = digest_file(src, self.function)
-            if self.has(digest, executable):
+            if self.intact(digest, executable):
                 self.touch(digest, executable)
                 return digest
-        if not (linkable and self._link_in(src, digest, executable)):
-            self._copy_in(src, digest, executable)
-        return digest
+        if linkable and self._link_in(src, digest, executable, st):
+            return digest
+        # Linking failed, or src changed since it was hashed: hash a private copy.
+        return self._copy_in(src, digest if hashed_by_caller else None, executable)
 
     def put_bytes(self, data: bytes) -> Digest:
         digest = digest_bytes(data, self.function)
-        if self.has(digest):
+        if self.intact(digest):
             self.touch(digest)
             return digest
         dest = self.path(digest)
@@ -148,13 +217,14 @@ class ContentStore:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
-                _seal(fd, _mode(False))
+                sealed = _seal(fd, _mode(False))
             finally:
                 os.close(fd)
             publish(temp, dest)
         except BaseException:
             unlink_quietly(temp)
             raise
+        self._stamps.remember(str(dest), sealed, digest)
         return digest
 
     def put_stream(
@@ -181,13 +251,14 @@ class ContentStore:
                     raise BlobMismatch(f"{got} bytes where its digest {digest} says {digest.size}")
                 if hasher.hexdigest() != digest.hash:
                     raise BlobMismatch(f"content does not hash to its digest {digest}")
-                _seal(fd, _mode(executable))
+                sealed = _seal(fd, _mode(executable))
             finally:
                 os.close(fd)
             publish(temp, dest)
         except BaseException:
             unlink_quietly(temp)
             raise
+        self._stamps.remember(str(dest), sealed, digest)
 
     def read_bytes(self, digest: Digest) -> bytes:
         """The blob's content, checked against its digest."""
@@ -202,15 +273,17 @@ class ContentStore:
         raise KilnError(f"blob {digest} is not in the local cache")
 
     def materialize(self, digest: Digest, dest: Path, executable: bool = False) -> None:
-        """Make dest a hard link of the blob (a copy across filesystems), atomically."""
+        """Make dest a hard link of the blob (a copy across filesystems), atomically, once
+        the blob is verified (MissingBlob, DamagedBlob otherwise)."""
         blob = self.path(digest, executable)
         dest = Path(dest)
+        state = self.check(digest, executable)
         try:
+            if state is BlobState.DAMAGED:
+                raise DamagedBlob(f"blob {digest} in the local cache was damaged: removed it")
             blob_stat = os.stat(blob)
         except FileNotFoundError:
-            raise KilnError(f"blob {digest} is not in the local cache") from None
-        if blob_stat.st_size != digest.size:
-            raise KilnError(f"corrupt blob in the local cache (wrong size): {blob}")
+            raise MissingBlob(f"blob {digest} is not in the local cache") from None
         if not os.path.isdir(dest.parent):
             # Outside the store (kiln-out/, an execroot): a directory lost to a
             # power cut costs a rebuild, not the cache's integrity, so no fsyncs.
@@ -235,6 +308,17 @@ class ContentStore:
             unlink_quietly(temp)
             raise
 
+    def restore(self, digest: Digest, source: Path, executable: bool = False) -> bool:
+        """Put a missing blob back from a file that held it (a kiln-out/ output), if that
+        file still hashes to it; True if the blob is there now."""
+        try:
+            if digest_file(source, self.function) != digest:
+                return False
+            self.put_file(source, digest, executable)
+        except (OSError, KilnError):
+            return False
+        return self.has(digest, executable)
+
     def verify(self, digest: Digest, executable: bool = False) -> bool:
         """Re-hash the blob: True only if it is present and its content matches."""
         try:
@@ -247,7 +331,9 @@ class ContentStore:
         make_dirs(self._dir)
         return os.stat(self._dir).st_dev
 
-    def _link_in(self, src: Path, digest: Digest, executable: bool) -> bool:
+    def _link_in(self, src: Path, digest: Digest, executable: bool, hashed: os.stat_result) -> bool:
+        """Link src in as the blob, unless it cannot be linked or has been written since
+        `hashed` (its stat when it was hashed): False then, and nothing is stored."""
         dest = self.path(digest, executable)
         make_dirs(dest.parent)
         temp = temp_path(dest.parent)
@@ -258,14 +344,18 @@ class ContentStore:
                 if e.errno in _CANNOT_LINK:
                     return False
                 raise
-            size = os.stat(temp).st_size
-            if size != digest.size:
-                raise KilnError(f"{src}: size {size} does not match its digest {digest}")
-            _seal_path(temp, _mode(executable))
+            now = os.stat(temp)
+            if (now.st_size, now.st_mtime_ns) != (hashed.st_size, hashed.st_mtime_ns):
+                unlink_quietly(temp)
+                return False
+            if now.st_size != digest.size:
+                raise KilnError(f"{src}: size {now.st_size} does not match its digest {digest}")
+            sealed = _seal_path(temp, _mode(executable))
             publish(temp, dest)
         except BaseException:
             unlink_quietly(temp)
             raise
+        self._stamps.remember(str(dest), sealed, digest)
         return True
 
     def _copy_in(self, src: Path, digest: Digest | None, executable: bool) -> Digest:
@@ -284,13 +374,13 @@ class ContentStore:
                 size = _copy(src, fd)
                 if digest is None:
                     digest = digest_file(temp, self.function)
-                    if self.has(digest, executable):  # stored by someone else meanwhile
+                    if self.intact(digest, executable):  # stored by someone else meanwhile
                         unlink_quietly(temp)
                         self.touch(digest, executable)
                         return digest
                 elif size != digest.size:
                     raise KilnError(f"{src}: size {size} does not match its digest {digest}")
-                _seal(fd, _mode(executable))
+                sealed = _seal(fd, _mode(executable))
             finally:
                 os.close(fd)
             dest = self.path(digest, executable)
@@ -299,6 +389,7 @@ class ContentStore:
         except BaseException:
             unlink_quietly(temp)
             raise
+        self._stamps.remember(str(dest), sealed, digest)
         return digest
 
 
@@ -382,16 +473,19 @@ def _write_all(fd: int, data: memoryview) -> None:
         data = data[os.write(fd, data) :]
 
 
-def _seal(fd: int, mode: int) -> None:
-    """Final mode, mtime now (its first use, for GC), and the data on disk."""
+def _seal(fd: int, mode: int) -> os.stat_result:
+    """Final mode, access time now (its first use, for GC), the sealed mtime (see
+    SEALED_MTIME_AGE_NS), and the data on disk; the stat it ends with."""
     os.fchmod(fd, mode)
-    os.utime(fd)
+    now = time.time_ns()
+    os.utime(fd, ns=(now, now - SEALED_MTIME_AGE_NS))
     os.fsync(fd)
+    return os.fstat(fd)
 
 
-def _seal_path(path: Path, mode: int) -> None:
+def _seal_path(path: Path, mode: int) -> os.stat_result:
     fd = os.open(path, os.O_RDONLY)
     try:
-        _seal(fd, mode)
+        return _seal(fd, mode)
     finally:
         os.close(fd)

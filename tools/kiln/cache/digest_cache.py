@@ -25,6 +25,14 @@ stat that recorded it would keep its stat fields while its content changes
 (or in the future) is hashed every time and never recorded; a later run,
 when it has aged, records it.
 
+The same log records which CAS blobs are intact (cas.py), with ctime left
+out (`ctime=False`, written as 0): every hard link made or removed and every
+access-time update of a blob changes its ctime, not its content; mtime
+changes with every write through any of its links. remember() records a
+digest the caller knows (a blob it just wrote), verify() answers whether a
+file holds a given digest, hashing only when its stamp is unknown. That log
+is read when first needed (`lazy`), so a build that never asks costs nothing.
+
 Several kiln processes may append to one log: each batch of records is one
 write to a file opened with O_APPEND, under an exclusive flock, so lines from
 two writers never interleave. A writer that finds the log ending in a line
@@ -48,6 +56,7 @@ from types import TracebackType
 
 from kiln.cache.atomic import publish, unlink_quietly
 from kiln.cache.digest import Digest, digest_file, new_hasher
+from kiln.errors import KilnError
 
 RACY_NS = 2_000_000_000
 COMPACT_MIN_LINES = 1000
@@ -66,8 +75,8 @@ class _Stamp:
     ctime_ns: int
 
     @staticmethod
-    def of(st: os.stat_result) -> _Stamp:
-        return _Stamp(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    def of(st: os.stat_result, ctime: bool = True) -> _Stamp:
+        return _Stamp(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns if ctime else 0)
 
 
 def header(function: str) -> bytes:
@@ -80,46 +89,99 @@ def encode_record(path: str, stamp: _Stamp, hash_: str) -> bytes:
 
 
 class FileDigestCache:
-    """Digests of files by path, remembered across runs in the log at `path`."""
+    """Digests of files by path, remembered across runs in the log at `path` (None: only
+    for the life of this object). `ctime=False` leaves ctime out of the stamps; `lazy`
+    reads the log when first needed rather than now."""
 
-    def __init__(self, path: Path, function: str) -> None:
+    def __init__(
+        self, path: Path | None, function: str, *, ctime: bool = True, lazy: bool = False
+    ) -> None:
         new_hasher(function)  # an unknown function fails here
-        self.path = Path(path)
+        self.path = None if path is None else Path(path)
         self.function = function
+        self._ctime = ctime
         self._header = header(function)
         self._records: dict[str, tuple[_Stamp, str]] = {}
         self._pending: list[bytes] = []
         self._lock = threading.Lock()
-        self._load()
+        self._loaded = False
+        if not lazy:
+            self._ensure_loaded()
 
     def digest(self, path: str) -> Digest:
         """The file's digest: remembered while its stat is unchanged, else hashed."""
         path = os.path.abspath(path)
         now = time.time_ns()  # before the stat: see "racily clean" above
         st = os.stat(path)
-        stamp = _Stamp.of(st)
+        known = self._known(path, st)
+        if known is not None:
+            return known
+        return self._hash(path, st, now)
+
+    def verify(self, path: str, digest: Digest) -> bool:
+        """Whether the file holds exactly `digest`'s content: by its remembered stamp, else
+        hashed (and then remembered). FileNotFoundError if it is absent."""
+        path = os.path.abspath(path)
+        now = time.time_ns()
+        st = os.stat(path)
+        if st.st_size != digest.size:
+            return False
+        known = self._known(path, st)
+        if known is not None:
+            return known == digest
+        try:
+            return self._hash(path, st, now) == digest
+        except KilnError:  # written to while being hashed
+            return False
+
+    def remember(self, path: str, st: os.stat_result, digest: Digest) -> None:
+        """Record that the file with this stat holds `digest` (the caller just wrote it);
+        not if that stat is racily clean."""
+        path = os.path.abspath(path)
+        if st.st_size == digest.size:
+            self._record(path, st, digest.hash, time.time_ns())
+
+    def _known(self, path: str, st: os.stat_result) -> Digest | None:
+        self._ensure_loaded()
         with self._lock:
             known = self._records.get(path)
-        if known is not None and known[0] == stamp:
-            return Digest(known[1], stamp.size)
+        if known is not None and known[0] == _Stamp.of(st, self._ctime):
+            return Digest(known[1], st.st_size)
+        return None
+
+    def _hash(self, path: str, st: os.stat_result, now: int) -> Digest:
         digest = digest_file(path, self.function)
-        if (
-            stat.S_ISREG(st.st_mode)
-            and st.st_mtime_ns < now - RACY_NS
-            and "\n" not in path
-            and digest.size == stamp.size
-            and _Stamp.of(os.stat(path)) == stamp  # what was hashed is what was stamped
+        after = os.stat(path)
+        if digest.size == st.st_size and _Stamp.of(after, self._ctime) == _Stamp.of(
+            st, self._ctime
         ):
-            line = encode_record(path, stamp, digest.hash)
-            with self._lock:
-                self._records[path] = (stamp, digest.hash)
-                self._pending.append(line)
-                if len(self._pending) >= _FLUSH_EVERY:
-                    self._write_pending()
+            self._record(path, st, digest.hash, now)  # what was hashed is what was stamped
         return digest
+
+    def _record(self, path: str, st: os.stat_result, hash_: str, now: int) -> None:
+        if not (stat.S_ISREG(st.st_mode) and st.st_mtime_ns < now - RACY_NS):
+            return  # racily clean: see above
+        if "\n" in path:
+            return
+        stamp = _Stamp.of(st, self._ctime)
+        line = encode_record(path, stamp, hash_)
+        with self._lock:
+            self._records[path] = (stamp, hash_)
+            self._pending.append(line)
+            if len(self._pending) >= _FLUSH_EVERY:
+                self._write_pending()
+
+    def _ensure_loaded(self) -> None:
+        if self._loaded:
+            return
+        with self._lock:
+            if not self._loaded:
+                self._load()
+                self._loaded = True
 
     def __len__(self) -> int:
         """How many files have a remembered digest."""
+        self._ensure_loaded()
         with self._lock:
             return len(self._records)
 
@@ -143,7 +205,8 @@ class FileDigestCache:
         self.close()
 
     def _write_pending(self) -> None:
-        if not self._pending:
+        if not self._pending or self.path is None:
+            self._pending.clear()
             return
         data = b"".join(self._pending)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -163,6 +226,8 @@ class FileDigestCache:
         self._pending.clear()
 
     def _load(self) -> None:
+        if self.path is None:
+            return
         try:
             data = self.path.read_bytes()
         except OSError:
@@ -185,6 +250,7 @@ class FileDigestCache:
                 self._compact()
 
     def _compact(self) -> None:
+        assert self.path is not None
         records = [encode_record(p, stamp, h) for p, (stamp, h) in self._records.items()]
         temp = self.path.with_name(self.path.name + ".compact")
         unlink_quietly(temp)  # left by a crash

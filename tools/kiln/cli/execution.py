@@ -59,6 +59,7 @@ def execute_graph(
     ) as executor:
         status = StatusPrinter(len(graph), locate, explain=options.explain)
         executor.report = lambda text: status.print(f"INFO: {text}")
+        executor.warn = lambda message: status.print(f"WARNING: {message}")
         try:
             if remote is not None:
                 from kiln.exec.remote_spawn_cache import RemoteSpawnCache

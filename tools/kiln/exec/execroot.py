@@ -6,6 +6,13 @@ them). An action that opens an undeclared workspace file by its relative
 path finds nothing. Execroots live in the output base; ones left by a
 killed kiln are swept at the next start.
 
+A generated input's blob is verified as it is linked in (cas.materialize).
+One that left the cache during the build (a concurrent collection, an
+expunged shared cache) or was found damaged is put back from the file
+kiln-out/ holds, if that still hashes to it; otherwise InputUnavailable
+names the input, and the action fails asking for another build (whose
+up-to-date check finds the blob gone and runs its producer again).
+
 Directories are the expensive part: on the development machine's ext4 an
 rmdir took 1-2 ms against 10 us for unlinking a link, and every new inode
 costs more the more were freed recently; an execroot has half a dozen
@@ -31,11 +38,24 @@ from collections.abc import Set
 from pathlib import Path
 
 from kiln.action_graph import GENERATED_ROOT, Action
-from kiln.cache.cas import ContentStore
+from kiln.cache.cas import ContentStore, DamagedBlob, MissingBlob
 from kiln.cache.digest import Digest
 
 _counter = itertools.count()
 _TMP = ".tmp"  # the action's TMPDIR, and where its stdout and stderr go
+
+
+class InputUnavailable(Exception):
+    """A generated input whose blob is gone or damaged, and that kiln-out/ cannot restore."""
+
+    def __init__(self, path: str, damaged: bool) -> None:
+        how = "was found damaged in" if damaged else "left"
+        super().__init__(
+            f"its input {path} {how} the disk cache during this build (a concurrent "
+            "collection or expunge, or a write through a hard link?) and kiln-out/ no "
+            "longer holds it: build again to make it anew"
+        )
+        self.path = path
 
 
 class Execroots:
@@ -73,15 +93,27 @@ class Execroots:
         needed.discard("")
         links = {p: str(self.workspace_root / p) for p in inputs if not _generated(p)}
         root, present = self._take(needed, links)
-        for directory in sorted(needed - present, key=lambda d: d.count("/")):
-            os.mkdir(root / directory)
-        for path, digest in inputs.items():
-            if _generated(path):
-                # a no-op if already that blob
-                self.cas.materialize(digest, root / path, path in executable)
-            elif path not in present:
-                os.symlink(links[path], root / path)
+        try:
+            for directory in sorted(needed - present, key=lambda d: d.count("/")):
+                os.mkdir(root / directory)
+            for path, digest in inputs.items():
+                if _generated(path):
+                    # a no-op if already that blob
+                    self._link_generated(digest, root, path, path in executable)
+                elif path not in present:
+                    os.symlink(links[path], root / path)
+        except BaseException:
+            self.release(root)  # half made: the next create() empties it like any other
+            raise
         return root
+
+    def _link_generated(self, digest: Digest, root: Path, path: str, executable: bool) -> None:
+        try:
+            self.cas.materialize(digest, root / path, executable)
+        except (MissingBlob, DamagedBlob) as error:
+            if not self.cas.restore(digest, self.workspace_root / path, executable):
+                raise InputUnavailable(path, isinstance(error, DamagedBlob)) from None
+            self.cas.materialize(digest, root / path, executable)
 
     def release(self, root: Path) -> None:
         """The action is done with `root`: keep it for the next one."""

@@ -16,7 +16,12 @@ worker for Python actions under --strategy=worker; with --remote_executor,
 the placement policy (placement.py) sends some to a RemoteSpawner instead. Outputs reach kiln-out/
 as hardlinks of CAS blobs, each placed atomically, so no partial file is
 ever visible there. Nothing is cached for an action that failed or was
-interrupted. open_executor() opens the executor's logs (action state,
+interrupted. Every blob is verified before it is used (cas.check): a hit, an
+execroot input, an output placed, an upload; a damaged one is removed with
+a warning, and the action whose result it was runs again. An up-to-date
+action's blobs must still be in the cache: one that left it (collected,
+an expunged shared cache) is put back from kiln-out/, whose file is the
+one the action state vouches for. open_executor() opens the executor's logs (action state,
 explain log, digest log) and saves them when the build ends, however it ends.
 """
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,9 +44,9 @@ from kiln.cache.digest import Digest
 from kiln.cache.digest_cache import FileDigestCache
 from kiln.errors import KilnError
 from kiln.exec.action_key import ActionKey, compute_key
-from kiln.exec.action_state import ActionState
+from kiln.exec.action_state import ActionState, OutputRecord
 from kiln.exec.built_outputs import BuiltOutputs
-from kiln.exec.execroot import Execroots
+from kiln.exec.execroot import Execroots, InputUnavailable
 from kiln.exec.explain import ExplainLog
 from kiln.exec.outcome import ActionOutcome, Failure, Source
 from kiln.layout import DiskCache, OutputBase
@@ -89,6 +95,10 @@ class _ActionFailed(Exception):
         self.message = message
 
 
+def _warn_on_stderr(message: str) -> None:
+    print(f"WARNING: {message}", file=sys.stderr)
+
+
 class _Done(NamedTuple):
     """How the run or write of an action ended, before the timings are added."""
 
@@ -116,6 +126,8 @@ class Executor:
     placement: PlacementPolicy | None = None
     remote_spawner: RemoteSpawner | None = None
     outputs: BuiltOutputs = field(default_factory=BuiltOutputs)
+    # How a warning reaches the user (the build sets its status printer's).
+    warn: Callable[[str], None] = _warn_on_stderr
     # Keys by the action's first output, which names one action of the graph; the
     # action is kept to tell it from another declaring that output (tests, reruns).
     _keys: dict[str, tuple[Action, ActionKey]] = field(default_factory=dict)
@@ -130,6 +142,7 @@ class Executor:
     def __post_init__(self) -> None:
         self.execroots = Execroots(self.output_base.execroot, self.workspace_root, self.cas)
         self._root = str(self.workspace_root) + "/"  # sources are read by this prefix
+        self.cas.on_damaged = self._damaged_blob
 
     # -- the two entry points -----------------------------------------------
 
@@ -141,10 +154,21 @@ class Executor:
         except _ActionFailed:
             return None  # execute() says why
         outputs = self.state.current(action.primary_output.path, key.key)
-        if outputs is None:
+        if outputs is None or not all(self._blob_kept(out) for out in outputs):
             return None
         self.outputs.record(action, outputs)
         return ActionOutcome(action, Source.UP_TO_DATE, key=key.key)
+
+    def _blob_kept(self, output: OutputRecord) -> bool:
+        """The output's blob is in the cache (a stat); one that left it (collected, an
+        expunged cache) is put back from kiln-out/: the file the action state vouches for,
+        as the no-op path itself does."""
+        if os.path.exists(self.cas.path(output.digest, output.is_executable)):
+            return True
+        with contextlib.suppress(OSError, KilnError):
+            source = self.workspace_root / output.path
+            self.cas.put_file(source, output.digest, output.is_executable)
+        return self.cas.has(output.digest, output.is_executable)
 
     def execute(self, action: Action, lane: str) -> ActionOutcome:
         start = time.monotonic()
@@ -299,7 +323,12 @@ class Executor:
         except KilnError as error:
             return _Done(None, lane, Failure(error.format()))
         digests = self._input_files(action)
-        root = self.execroots.create(action, key.key, digests, self.outputs.executable)
+        try:
+            root = self.execroots.create(action, key.key, digests, self.outputs.executable)
+        except InputUnavailable as unavailable:
+            raise _ActionFailed(str(unavailable)) from None
+        except OSError as error:
+            raise _ActionFailed(f"cannot prepare its execroot: {_os_error(error)}") from None
         stdout, stderr = root / ".tmp" / "stdout", root / ".tmp" / "stderr"
         try:
             env = dict(action.env)
@@ -345,22 +374,11 @@ class Executor:
                     + ", ".join(missing)
                 )
                 return _Done(run.source, lane, Failure(message, text))
-            outputs = []
-            for path in files.output_files(root, action):
-                executable = os.access(root / path, os.X_OK)
-                files.seal_output(root / path, executable)
-                digest = self.cas.put_file(root / path, executable=executable)
-                outputs.append(OutputFile(path, digest, executable))
-            files.seal_output(stdout, False)
-            files.seal_output(stderr, False)
-            result = ActionResult(
-                output_files=tuple(outputs),
-                exit_code=0,
-                stdout_digest=self.cas.put_file(stdout),
-                stderr_digest=self.cas.put_file(stderr),
-                execution_seconds=run.seconds,
-                worker=lane,
-            )
+            try:
+                result = self._store(action, root, stdout, stderr, run.seconds, lane)
+            except OSError as error:
+                message = f"cannot store its outputs in the disk cache: {_os_error(error)}"
+                return _Done(run.source, lane, Failure(message, text))
             if self._interrupted:  # Ctrl-C arrived while storing: record nothing
                 return _Done(None, lane, Failure("interrupted"))
             self.action_cache.put(key.key, result)
@@ -387,6 +405,29 @@ class Executor:
                 )
             environments = self._environments
         return (environments.python_for(action.python_env), *action.argv[1:])
+
+    def _store(
+        self, action: Action, root: Path, stdout: Path, stderr: Path, seconds: float, lane: str
+    ) -> ActionResult:
+        """Put a finished action's outputs and what it printed into the CAS."""
+        from kiln.exec import execroot_files as files
+
+        outputs = []
+        for path in files.output_files(root, action):
+            executable = os.access(root / path, os.X_OK)
+            files.seal_output(root / path, executable)
+            digest = self.cas.put_file(root / path, executable=executable)
+            outputs.append(OutputFile(path, digest, executable))
+        files.seal_output(stdout, False)
+        files.seal_output(stderr, False)
+        return ActionResult(
+            output_files=tuple(outputs),
+            exit_code=0,
+            stdout_digest=self.cas.put_file(stdout),
+            stderr_digest=self.cas.put_file(stderr),
+            execution_seconds=seconds,
+            worker=lane,
+        )
 
     def _run_dynamic(self, action: Action, key: ActionKey, lane: str) -> _Done:
         """--spawn_strategy=dynamic, as Bazel's: here and remotely at once; the first
@@ -500,6 +541,13 @@ class Executor:
                 with contextlib.suppress(OSError):
                     os.unlink(self.cas.path(digest))
 
+    def _damaged_blob(self, digest: Digest, path: Path) -> None:
+        self.warn(
+            f"removed a damaged blob from the disk cache: {path} no longer holds the content "
+            "its name says (written in place through a hard link, e.g. a kiln-out/ file?); "
+            "whatever needs it is built again"
+        )
+
     # -- delivering -----------------------------------------------------------
 
     def _deliver(self, action: Action, key: ActionKey, result: ActionResult) -> None:
@@ -536,6 +584,11 @@ def _remote_failure(ran: RemoteSpawnResult) -> str:
     return f"exited with code {ran.exit_code}"
 
 
+def _os_error(error: OSError) -> str:
+    where = f" ({error.filename})" if error.filename else ""
+    return f"{error.strerror or error}{where}"
+
+
 @contextlib.contextmanager
 def open_executor(
     workspace_root: Path,
@@ -547,10 +600,11 @@ def open_executor(
     workers and execroots are gone and its logs saved."""
     function = options.digest_function
     digest_cache = FileDigestCache(output_base.digest_log(function), function)
+    blob_stamps = FileDigestCache(output_base.blob_log(function), function, ctime=False, lazy=True)
     executor = Executor(
         workspace_root=workspace_root,
         output_base=output_base,
-        cas=ContentStore(disk_cache.root, function),
+        cas=ContentStore(disk_cache.root, function, blob_stamps),
         action_cache=ActionCache(disk_cache.root),
         digest_cache=digest_cache,
         explain_log=ExplainLog(output_base.explain_log),
@@ -565,5 +619,6 @@ def open_executor(
             executor.shutdown()
         finally:
             digest_cache.close()
+            blob_stamps.close()
             executor.explain_log.save()
             executor.state.save()

@@ -9,7 +9,9 @@ What Bazel's RemoteSpawnCache does, over cache/remote.py:
             the local action cache, so the next build is a disk hit.
     upload  (after a local run)          HEAD the result's blobs, PUT the missing
             ones in parallel, then PUT the entry: last, so an entry never names
-            a blob the server lacks.
+            a blob the server lacks. Every blob is verified locally first
+            (ContentStore.check): nothing is uploaded for a result whose blob
+            is damaged or gone.
 
 A remote never fails a build. One that is down, slow, refusing (401) or
 answering 5xx gets one warning for the whole build and is not asked again
@@ -92,7 +94,7 @@ class RemoteSpawnCache:
         if not self.upload_local_results or self.failed:
             return
         result = self.action_cache.get(key)
-        if result is None:
+        if result is None or not all(self.cas.intact(d, x) for d, x in result.digests()):
             return
         variant: dict[Digest, bool] = {}
         for digest, executable in result.digests():
@@ -111,10 +113,10 @@ class RemoteSpawnCache:
         self.remote.close()
 
     def _fetch_blobs(self, result: ActionResult) -> None:
-        wanted = [(d, x) for d, x in dict.fromkeys(result.digests()) if not self.cas.has(d, x)]
+        wanted = [(d, x) for d, x in dict.fromkeys(result.digests()) if not self.cas.intact(d, x)]
         downloads = []
         for digest, executable in wanted:
-            if self.cas.has(digest, not executable):  # the other variant: a local copy
+            if self.cas.intact(digest, not executable):  # the other variant: a local copy
                 self.cas.put_file(self.cas.path(digest, not executable), digest, executable)
             else:
                 downloads.append(

@@ -1,0 +1,114 @@
+"""A damaged blob is never served (issue 11 A1): kiln-out/ files are hard links of CAS
+blobs (one inode, and root ignores the read-only mode), so an edit of a kiln-out/ file
+in place or a flipped byte in a blob was served as a hit, fed to dependents, cached
+under keys claiming the right input and uploaded: a fresh machine then got wrong
+outputs from the remote."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from tests.e2e.harness import Run, Workspace
+from tests.nginx_cache import nginx_cache
+
+BUILD = """
+genrule(name = "a", srcs = ["in.txt"], outs = ["a.txt"], cmd = "cat $< > $@")
+genrule(name = "b", srcs = [":a"], outs = ["b.txt"], cmd = "cat $< $< > $@")
+"""
+
+
+def workspace(ws: Workspace) -> Workspace:
+    ws.write("pkg/BUILD", BUILD)
+    ws.write("pkg/in.txt", "hello\n")
+    return ws
+
+
+def blob_of(ws: Workspace, path: str) -> Path:
+    digest = hashlib.sha256((ws.root / path).read_bytes()).hexdigest()
+    return Path(ws.env["XDG_CACHE_HOME"]) / "kiln" / "cas" / digest[:2] / digest
+
+
+def write_in_place(path: Path, data: bytes) -> None:
+    with open(path, "r+b") as f:  # root ignores the read-only mode
+        f.write(data)
+
+
+def warnings(run: Run) -> list[str]:
+    return [line for line in run.err.splitlines() if line.startswith("WARNING:")]
+
+
+def test_an_edited_kiln_out_file_is_not_served_nor_fed_to_its_dependents(ws: Workspace) -> None:
+    workspace(ws)
+    assert ws.kiln("build", "//pkg:b").code == 0
+    write_in_place(ws.root / "kiln-out/pkg/a.txt", b"j")  # its blob's inode too
+    ws.write("pkg/BUILD", BUILD.replace("$< $< > $@", "$< $< $< > $@"))  # b must run
+    run = ws.kiln("build", "//pkg:b")
+    assert run.code == 0, run.err
+    assert ws.out("pkg/a.txt") == "hello\n"
+    assert ws.out("pkg/b.txt") == "hello\n" * 3
+    assert run.executed == 2  # a ran again: its cached result was the damaged blob
+    [warning] = warnings(run)
+    assert "removed a damaged blob from the disk cache" in warning
+
+
+def test_a_flipped_byte_in_a_blob_is_rebuilt_not_served_as_a_hit(ws: Workspace) -> None:
+    workspace(ws)
+    assert ws.kiln("build", "//pkg:b").code == 0
+    blob = blob_of(ws, "kiln-out/pkg/b.txt")
+    shutil.rmtree(ws.root / "kiln-out")
+    write_in_place(blob, b"J")
+    run = ws.kiln("build", "//pkg:b")
+    assert run.code == 0, run.err
+    assert (run.hits, run.executed) == (1, 1)  # a was a hit, b ran again
+    assert ws.out("pkg/b.txt") == "hello\n" * 2
+    assert len(warnings(run)) == 1
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name  # good again
+
+
+def test_a_damaged_blob_is_never_uploaded(ws: Workspace, tmp_path: Path) -> None:
+    workspace(ws)
+    with nginx_cache(tmp_path / "nginx") as server:
+        remote = f"--remote_cache={server.url}"
+        assert ws.kiln("build", "//pkg:a", "--noremote_upload_local_results").code == 0
+        write_in_place(blob_of(ws, "kiln-out/pkg/a.txt"), b"J")
+        run = ws.kiln("build", "//pkg:b", remote)
+        assert run.code == 0, run.err
+        for blob in (server.root / "cas").iterdir():
+            assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name
+        fresh = ws.root.parent / "fresh"
+        shutil.copytree(ws.root, fresh, ignore=shutil.ignore_patterns("kiln-out"))
+        other = Workspace(fresh, ws.env, ws.capsys, ws.monkeypatch)
+        got = other.kiln("build", "//pkg:b", remote, f"--disk_cache={tmp_path / 'other'}")
+        assert got.code == 0, got.err
+        assert (other.out("pkg/a.txt"), other.out("pkg/b.txt")) == ("hello\n", "hello\n" * 2)
+
+
+def test_a_blob_gone_behind_an_up_to_date_output_is_put_back_from_kiln_out(
+    ws: Workspace,
+) -> None:
+    """Issue 11 B1: blobs that left the CAS (collected by another workspace, a deleted
+    shared cache) while kiln-out/ depended on them failed every later build with
+    'ERROR: blob <hash>/<size> is not in the local cache', until `kiln clean`."""
+    workspace(ws)
+    assert ws.kiln("build", "//pkg:b").code == 0
+    shutil.rmtree(Path(ws.env["XDG_CACHE_HOME"]) / "kiln" / "cas")
+    ws.write("pkg/BUILD", BUILD.replace("$< $< > $@", "$< $< $< > $@"))  # b runs, reading a
+    run = ws.kiln("build", "//pkg:b")
+    assert run.code == 0, run.err
+    assert ws.out("pkg/b.txt") == "hello\n" * 3
+    assert run.executed == 1  # a stayed up to date: its blob came back from kiln-out/
+    assert blob_of(ws, "kiln-out/pkg/a.txt").read_bytes() == b"hello\n"
+
+
+def test_a_blob_gone_and_its_kiln_out_file_edited_reruns_the_producer(ws: Workspace) -> None:
+    workspace(ws)
+    assert ws.kiln("build", "//pkg:b").code == 0
+    shutil.rmtree(Path(ws.env["XDG_CACHE_HOME"]) / "kiln" / "cas")
+    write_in_place(ws.root / "kiln-out/pkg/a.txt", b"j")
+    ws.write("pkg/BUILD", BUILD.replace("$< $< > $@", "$< $< $< > $@"))
+    run = ws.kiln("build", "//pkg:b")
+    assert run.code == 0, run.err
+    assert run.executed == 2
+    assert (ws.out("pkg/a.txt"), ws.out("pkg/b.txt")) == ("hello\n", "hello\n" * 3)
