@@ -63,21 +63,35 @@ def clear_stale(directory: Path, keep: set[str]) -> None:
                 os.unlink(path)
 
 
-def input_stats(root: Path, inputs: Iterable[str]) -> list[tuple[int, int]]:
-    """mtime and size of the generated inputs, which are hardlinks of CAS blobs.
+def input_stats(root: Path, inputs: Iterable[str]) -> dict[str, tuple[int, int]]:
+    """mtime and size of every input, by path: a source through its symlink, a generated
+    input (a hardlink of a CAS blob) itself.
 
-    They are read-only, but not to root: an action that writes through one
-    would corrupt the cache, so a change is caught and the blob dropped.
+    Inputs are read-only, but not to root, and without the sandbox an action can
+    write through one: into a source file of the workspace, or into a blob of
+    the cache. So a change is caught afterwards, the action fails naming the
+    file, and a generated input's blob is dropped. Not ctime: other execroots
+    linking the same blob meanwhile change it.
     """
-    stats = []
+    stats = {}
     for path in inputs:
-        if path.startswith(GENERATED_ROOT + "/"):
-            try:
-                st = os.stat(root / path)
-                stats.append((st.st_mtime_ns, st.st_size))
-            except FileNotFoundError:
-                stats.append((-1, -1))
+        try:
+            st = os.stat(root / path)
+            stats[path] = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stats[path] = (-1, -1)
     return stats
+
+
+def modified_inputs(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+) -> list[str]:
+    """The inputs whose stat changed between two input_stats(), sorted."""
+    return sorted(path for path, stamp in before.items() if after.get(path) != stamp)
+
+
+def is_generated(path: str) -> bool:
+    return path.startswith(GENERATED_ROOT + "/")
 
 
 def read_text(path: Path, limit: int = 64 * 1024) -> str:

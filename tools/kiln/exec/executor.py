@@ -351,11 +351,13 @@ class Executor:
                     action.describe(),
                 )
             )
-            if files.input_stats(root, digests) != before:
-                self._forget_generated(digests)
+            modified = files.modified_inputs(before, files.input_stats(root, digests))
+            if modified:
+                self._forget_generated({p: digests[p] for p in modified})
+                source = "" if files.is_generated(modified[0]) else ", a source file"
                 message = (
-                    "modified one of its inputs (inputs are read-only; write to a declared "
-                    "output instead)"
+                    f"modified its input {modified[0]}{source} (inputs are read-only; write "
+                    "to a declared output instead)"
                 )
                 return _Done(run.source, run.lane or lane, Failure(message))
             lane = run.lane or lane
