@@ -118,6 +118,15 @@ class FileDigestCache:
             return known
         return self._hash(path, st, now)
 
+    def digest_and_mode(self, path: str) -> tuple[Digest, bool]:
+        """digest(), and whether the file's owner may execute it (a mode change moves the
+        ctime, so a remembered digest is never paired with a stale mode)."""
+        path = os.path.abspath(path)
+        now = time.time_ns()
+        st = os.stat(path)
+        known = self._known(path, st)
+        return (known or self._hash(path, st, now)), bool(st.st_mode & stat.S_IXUSR)
+
     def verify(self, path: str, digest: Digest) -> bool:
         """Whether the file holds exactly `digest`'s content: by its remembered stamp, else
         hashed (and then remembered). FileNotFoundError if it is absent."""

@@ -12,6 +12,7 @@ UTF-8.
 from __future__ import annotations
 
 import json
+from collections.abc import Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,12 +31,18 @@ class ActionKey:
     key: str
     command_digest: str
     input_root_digest: str
-    inputs: dict[str, str]  # path -> digest hash, for explaining what changed
+    inputs: dict[str, str]  # path -> digest hash (+ " x" if executable), for --explain
     platform: tuple[tuple[str, str], ...]
 
 
-def compute_key(action: Action, input_digests: dict[str, Digest], function: str) -> ActionKey:
-    """The action's key, given the digest of every input file.
+def compute_key(
+    action: Action,
+    input_digests: dict[str, Digest],
+    function: str,
+    executable: Set[str] = frozenset(),
+) -> ActionKey:
+    """The action's key, given the digest of every input file and which of them are
+    executable (REAPI's FileNode.is_executable: `chmod +x` of an input changes the key).
 
     `input_digests` names concrete files: a directory input contributes each
     file under it.
@@ -55,7 +62,10 @@ def compute_key(action: Action, input_digests: dict[str, Digest], function: str)
             "platform": {"properties": [{"name": k, "value": v} for k, v in action.platform]},
         }
     command_digest = digest_bytes(canonical_json(command), function)
-    files = [{"path": path, "digest": str(input_digests[path])} for path in sorted(input_digests)]
+    files = [
+        {"path": path, "digest": str(input_digests[path]), "is_executable": path in executable}
+        for path in sorted(input_digests)
+    ]
     input_root_digest = digest_bytes(canonical_json({"files": files}), function)
     encoded = {
         "command_digest": str(command_digest),
@@ -67,6 +77,9 @@ def compute_key(action: Action, input_digests: dict[str, Digest], function: str)
         key=digest_bytes(canonical_json(encoded), function).hash,
         command_digest=command_digest.hash,
         input_root_digest=input_root_digest.hash,
-        inputs={path: digest.hash for path, digest in input_digests.items()},
+        inputs={
+            path: digest.hash + (" x" if path in executable else "")
+            for path, digest in input_digests.items()
+        },
         platform=action.platform,
     )

@@ -234,23 +234,37 @@ class Executor:
         known = self._keys.get(first)
         if known is not None and known[0] is action:
             return known[1]
-        key = compute_key(action, self._input_files(action), self.options.digest_function)
+        digests, executable = self._inputs(action)
+        key = compute_key(action, digests, self.options.digest_function, executable)
         self._keys[first] = (action, key)
         return key
 
     def _input_files(self, action: Action) -> dict[str, Digest]:
         """The digest of every concrete input file; a directory input gives its files."""
+        return self._inputs(action)[0]
+
+    def _inputs(self, action: Action) -> tuple[dict[str, Digest], set[str]]:
+        """The digest of every concrete input file (a directory input gives its files), and
+        which of them are executable."""
         digests: dict[str, Digest] = {}
+        executable: set[str] = set()
         outputs, sources, root = self.outputs, self.digest_cache, self._root
+        generated_executable = outputs.executable
         try:
             for file in action.inputs:
                 if file.directory:
                     for path in outputs.files_in(file.path):
                         digests[path] = outputs.digest(path)
+                        if path in generated_executable:
+                            executable.add(path)
                 elif file.is_source:
-                    digests[file.path] = sources.digest(root + file.path)
+                    digests[file.path], runnable = sources.digest_and_mode(root + file.path)
+                    if runnable:
+                        executable.add(file.path)
                 else:
                     digests[file.path] = outputs.digest(file.path)
+                    if file.path in generated_executable:
+                        executable.add(file.path)
         except OSError as error:
             raise _ActionFailed(
                 f"cannot read its input {file.path}: {error.strerror} (make it readable, "
@@ -258,7 +272,7 @@ class Executor:
             ) from None
         except KilnError as error:  # it changed while being hashed
             raise _ActionFailed(error.message) from None
-        return digests
+        return digests, executable
 
     def _cached(self, action: Action, key: ActionKey) -> tuple[Source | None, bool]:
         """Where a result for `key` came from, delivered; and whether the remote missed."""
