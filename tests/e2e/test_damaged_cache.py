@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import subprocess
+import time
 from pathlib import Path
 
-from tests.e2e.harness import Run, Workspace
+from tests.e2e.harness import KILN, Run, Workspace
 from tests.nginx_cache import nginx_cache
 
 BUILD = """
@@ -112,3 +114,41 @@ def test_a_blob_gone_and_its_kiln_out_file_edited_reruns_the_producer(ws: Worksp
     assert run.code == 0, run.err
     assert run.executed == 2
     assert (ws.out("pkg/a.txt"), ws.out("pkg/b.txt")) == ("hello\n", "hello\n" * 3)
+
+
+def test_a_concurrent_expunge_of_the_shared_disk_cache_never_breaks_a_build(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    """Issue 11 B2: `clean --expunge` of a shared disk cache during another workspace's
+    build crashed that build with a traceback."""
+    packages = 30
+    for p in range(packages):
+        dep = f'"//p{p - 1}:g", ' if p else ""
+        ws.write(
+            f"p{p}/BUILD",
+            f'genrule(name = "g", srcs = [{dep}"s.txt"], outs = ["g.txt"], '
+            'visibility = ["//visibility:public"], cmd = "cat $(SRCS) > $@; sleep 0.05")\n',
+        )
+        ws.write(f"p{p}/s.txt", f"{p}\n")
+    cache = f"--disk_cache={tmp_path / 'shared'}"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "WORKSPACE").write_text("")
+    build = ws.kiln_process("build", "//...", cache, "--jobs=2")
+    expunges = 0
+    while build.poll() is None:
+        time.sleep(0.2)
+        expunge = subprocess.run(
+            [*KILN, "clean", "--expunge_disk_cache", cache],
+            cwd=other,
+            env=ws.env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert expunge.returncode == 0, expunge.stderr
+        expunges += 1
+    _, err = build.communicate()
+    assert (build.returncode, "Traceback" in err) == (0, False), err
+    assert expunges >= 3
+    assert ws.out(f"p{packages - 1}/g.txt") == "".join(f"{p}\n" for p in range(packages))

@@ -180,14 +180,30 @@ def test_explain_says_which_input_changed(ws: Workspace) -> None:
     assert "EXPLAIN: Genrule //app:d: input changed: app/d.txt" in run.err
 
 
-def test_clean_removes_outputs_and_expunge_the_cache(ws: Workspace) -> None:
+def test_clean_removes_outputs_and_expunge_disk_cache_the_cache(ws: Workspace) -> None:
     chain(ws)
     ws.kiln("build", "//app:d")
     assert ws.kiln("clean").code == 0
     assert not (ws.root / "kiln-out").exists()
     assert ws.kiln("build", "//app:d").hits == 1  # the disk cache survived
-    assert ws.kiln("clean", "--expunge").code == 0
+    assert ws.kiln("clean", "--expunge_disk_cache").code == 0
     assert ws.kiln("build", "//app:d").executed == 1
+
+
+def test_clean_expunge_removes_this_workspaces_state_and_never_the_shared_disk_cache(
+    ws: Workspace,
+) -> None:
+    """Issue 11 B2: `--expunge` deleted a disk cache other workspaces share; Bazel's never
+    touches --disk_cache."""
+    chain(ws)
+    ws.kiln("build", "//app:d")
+    base = next((ws.root.parent / "cache" / "kiln" / "workspaces").iterdir())
+    assert (base / "action-state.pickle").exists()
+    run = ws.kiln("clean", "--expunge")
+    assert run.code == 0
+    assert run.err == f"INFO: removed kiln-out/ and this workspace's state ({base})\n"
+    assert sorted(p.name for p in base.iterdir()) == ["lock"]
+    assert ws.kiln("build", "//app:d").hits == 1  # the disk cache is all there
 
 
 def test_an_action_writing_to_its_input_fails_and_the_cache_stays_intact(ws: Workspace) -> None:

@@ -12,7 +12,8 @@ import pytest
 from kiln.cache.action_cache import ActionCache, ActionResult, OutputFile
 from kiln.cache.cas import ContentStore
 from kiln.cache.digest import Digest
-from kiln.cache.gc import GcReport, collect
+from kiln.cache.gc import GcReport, collect, expunge
+from kiln.layout import DiskCache
 
 
 def age(path: Path, seconds: float) -> None:
@@ -170,3 +171,44 @@ def test_two_collections_never_run_at_once(tmp_path: Path, cas: ContentStore) ->
         os.close(fd)
     worker.join(10)
     assert reports == [GcReport(100, 0, 1, 0)]
+
+
+def test_expunge_removes_the_store_and_keeps_the_lock(
+    cas: ContentStore, ac: ActionCache, tmp_path: Path
+) -> None:
+    d = cas.put_bytes(b"x")
+    ac.put("ab" * 32, ActionResult(output_files=(OutputFile("o", d),)))
+    expunge(DiskCache(tmp_path), ["sha256", "blake3"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gc.lock"]
+
+
+def test_writers_never_fail_while_the_store_is_expunged_under_them(
+    cas: ContentStore, ac: ActionCache, tmp_path: Path
+) -> None:
+    """Issue 11 B2: an expunge of a shared cache during a build crashed it; every write
+    must land whole in a fresh store instead."""
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def write() -> None:
+        try:
+            for i in range(80):
+                src = tmp_path / f"src{i}"
+                src.write_bytes(b"%d" % i * 1000)
+                d = cas.put_file(src)
+                ac.put(f"{i:064x}", ActionResult(output_files=(OutputFile("o", d),)))
+                cas.put_bytes(b"bytes %d" % i)
+        except BaseException as e:
+            errors.append(e)
+        finally:
+            done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    expunges = 0
+    while not done.wait(0.05):  # an expunge every 50 ms: far more than real life
+        expunge(DiskCache(tmp_path), ["sha256"])
+        expunges += 1
+    writer.join()
+    assert errors == []
+    assert expunges >= 5

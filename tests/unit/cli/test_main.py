@@ -169,7 +169,7 @@ def test_build_rc_options_reach_clean_and_info_which_drop_what_they_do_not_take(
     (cache / "cas").mkdir(parents=True)
     info = ws.kiln("info", "release")
     assert (info.code, info.out) == (0, "kiln 0.1.0\n"), info.err
-    clean = ws.kiln("clean", "--expunge")
+    clean = ws.kiln("clean", "--expunge_disk_cache")
     assert clean.code == 0, clean.err
     assert not (cache / "cas").exists()  # --disk_cache, inherited from build, was taken
 

@@ -22,11 +22,33 @@ import os
 import secrets
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 TEMP_PREFIX = ".tmp."
+# A write into the cache is tried this often while its directories vanish under it.
+_ATTEMPTS = 5
+
+T = TypeVar("T")
+
+
+def despite_vanishing_directories(write: Callable[[], T], source: Path | None = None) -> T:
+    """write(), again if it failed because a directory it writes into vanished meanwhile.
+
+    `kiln clean --expunge_disk_cache` renames the store away while other kilns may be
+    writing into it: a temp file's directory, or the temp itself, is then gone and
+    the rename into place fails with FileNotFoundError. Each attempt makes its
+    directories anew. Not retried: a FileNotFoundError because `source` (what is
+    being stored) is itself gone.
+    """
+    for attempt in range(_ATTEMPTS):
+        try:
+            return write()
+        except FileNotFoundError:
+            if attempt == _ATTEMPTS - 1 or (source is not None and not os.path.lexists(source)):
+                raise
+    raise AssertionError("unreachable")
 
 
 def temp_path(directory: Path) -> Path:
@@ -55,7 +77,8 @@ def make_dirs(directory: Path) -> None:
         directory.mkdir()
     except FileExistsError:
         return  # another process made it; it fsyncs the parent
-    fsync_dir(directory.parent)
+    with contextlib.suppress(FileNotFoundError):  # removed again at once (an expunge)
+        fsync_dir(directory.parent)
 
 
 def publish(temp: Path, dest: Path, *, sync: bool = True) -> None:
@@ -90,8 +113,11 @@ def atomic_writer(dest: Path, mode: int = 0o444, *, sync: bool = True) -> Iterat
 
 
 def write_atomic(dest: Path, data: bytes, mode: int = 0o444, *, sync: bool = True) -> None:
-    with atomic_writer(dest, mode, sync=sync) as f:
-        f.write(data)
+    def write() -> None:
+        with atomic_writer(dest, mode, sync=sync) as f:
+            f.write(data)
+
+    despite_vanishing_directories(write)
 
 
 def mark_used(path: Path | str) -> None:

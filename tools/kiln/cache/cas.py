@@ -69,6 +69,7 @@ from pathlib import Path
 
 from kiln.cache.atomic import (
     TEMP_PREFIX,
+    despite_vanishing_directories,
     make_dirs,
     mark_used,
     publish,
@@ -180,6 +181,9 @@ class ContentStore:
     def put_file(self, src: Path, digest: Digest | None = None, executable: bool = False) -> Digest:
         """Store src's content; `digest`, when given, is trusted to be its digest."""
         src = Path(src)
+        return despite_vanishing_directories(lambda: self._put_file(src, digest, executable), src)
+
+    def _put_file(self, src: Path, digest: Digest | None, executable: bool) -> Digest:
         if digest is not None and self.intact(digest, executable):
             self.touch(digest, executable)
             return digest
@@ -204,6 +208,9 @@ class ContentStore:
         return self._copy_in(src, digest if hashed_by_caller else None, executable)
 
     def put_bytes(self, data: bytes) -> Digest:
+        return despite_vanishing_directories(lambda: self._put_bytes(data))
+
+    def _put_bytes(self, data: bytes) -> Digest:
         digest = digest_bytes(data, self.function)
         if self.intact(digest):
             self.touch(digest)

@@ -17,13 +17,23 @@ Nothing used after (start - grace_seconds) is removed, and each
 file is stat'ed again just before it is unlinked, so the blobs a build is
 writing or has just hit are safe until its action-cache entry names them.
 Temps older than the grace period were left by a crash and are removed.
+
+expunge() removes the whole cache (`kiln clean --expunge_disk_cache`), under
+the same lock, while other kilns may be building with it: each part is first
+renamed away (one atomic step), so a build never sees a half-deleted store;
+it finds none and makes a new one (atomic.despite_vanishing_directories), or
+puts back what it needs from kiln-out/ (exec/execroot.py, exec/executor.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import secrets
+import shutil
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,10 +68,35 @@ def collect(root: Path, max_bytes: int, *, grace_seconds: float = 300.0) -> GcRe
     """Remove least recently used blobs and entries until the cache fits max_bytes."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(DiskCache(root).gc_lock, os.O_RDWR | os.O_CREAT, 0o644)
+    with _gc_lock(DiskCache(root)):
+        return _collect(root, max_bytes, time.time_ns() - int(grace_seconds * _NS))
+
+
+def expunge(cache: DiskCache, digest_functions: Iterable[str]) -> None:
+    """Remove the whole cache, safely while others build with it (see above)."""
+    if not cache.root.is_dir():
+        return
+    with _gc_lock(cache):
+        for part in cache.expunged(digest_functions):
+            if part == cache.gc_lock:
+                continue  # held: another collection must wait on this very file
+            doomed = part.with_name(f"{part.name}.expunged-{secrets.token_hex(4)}")
+            try:
+                os.rename(part, doomed)
+            except FileNotFoundError:
+                continue
+            if doomed.is_dir() and not doomed.is_symlink():
+                shutil.rmtree(doomed, ignore_errors=True)
+            else:
+                doomed.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _gc_lock(cache: DiskCache) -> Iterator[None]:
+    fd = os.open(cache.gc_lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        return _collect(root, max_bytes, time.time_ns() - int(grace_seconds * _NS))
+        yield
     finally:
         os.close(fd)  # releases the lock
 

@@ -1,4 +1,11 @@
-"""kiln clean: remove kiln-out/; --expunge removes the disk cache and kiln's state too."""
+"""kiln clean: remove kiln-out/; --expunge: this workspace's state too; the shared disk
+cache only with --expunge_disk_cache.
+
+As in Bazel, where `clean --expunge` removes the output base and never touches
+--disk_cache: the disk cache is shared by every workspace of the user (and
+perhaps by other users), so removing it takes its own flag. It is removed as
+cache/gc.py's expunge() does it, safely while other kilns build with it.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +21,19 @@ from kiln.layout import DiskCache, cache_home, output_root
 
 
 @click.command("clean")
-@click.option("--expunge", is_flag=True, help="Also delete the disk cache and kiln's state.")
+@click.option(
+    "--expunge", is_flag=True, help="Also delete this workspace's state (its output base)."
+)
+@click.option(
+    "--expunge_disk_cache",
+    is_flag=True,
+    help="Also delete the disk cache, which other workspaces may share.",
+)
 @click.option(
     "--disk_cache",
     type=click.Path(path_type=Path),
     default=None,
-    help="The disk cache --expunge deletes [default: ~/.cache/kiln]",
+    help="The disk cache --expunge_disk_cache deletes [default: ~/.cache/kiln]",
 )
 @click.option(
     "--lock_wait/--nolock_wait",
@@ -27,8 +41,16 @@ from kiln.layout import DiskCache, cache_home, output_root
     help="Wait for another command holding the workspace lock",
 )
 @click.pass_obj
-def command(session: Session, expunge: bool, disk_cache: Path | None, lock_wait: bool) -> int:
-    """Remove build outputs (and with --expunge, the caches)."""
+def command(
+    session: Session,
+    expunge: bool,
+    expunge_disk_cache: bool,
+    disk_cache: Path | None,
+    lock_wait: bool,
+) -> int:
+    """Remove build outputs (--expunge: this workspace's state; --expunge_disk_cache: the
+    shared disk cache)."""
+    removed = ["kiln-out/"]
     with workspace_lock(
         session.output_base, wait=lock_wait, on_wait=lambda m: click.echo(f"INFO: {m}", err=True)
     ):
@@ -36,7 +58,13 @@ def command(session: Session, expunge: bool, disk_cache: Path | None, lock_wait:
         for state in session.output_base.build_state():
             _remove(state)
         if expunge:
+            for child in session.output_base.root.iterdir():
+                if child != session.output_base.lock:
+                    _remove(child)
+            removed.append(f"this workspace's state ({session.output_base.root})")
+        if expunge_disk_cache:
             from kiln.cache.digest import DIGEST_FUNCTIONS
+            from kiln.cache.gc import expunge as expunge_cache
 
             cache = DiskCache((disk_cache or cache_home()).expanduser())
             if cache.root.exists() and not cache.root.is_dir():
@@ -44,12 +72,13 @@ def command(session: Session, expunge: bool, disk_cache: Path | None, lock_wait:
                     f"the disk cache {cache.root} is a file, not a directory",
                     hint="pass the cache directory with --disk_cache=DIR, or remove that file",
                 )
-            for part in cache.expunged(DIGEST_FUNCTIONS):
-                _remove(part)
-            for child in session.output_base.root.iterdir():
-                if child != session.output_base.lock:
-                    _remove(child)
-    click.echo("INFO: removed kiln-out/" + (" and the disk cache" if expunge else ""), err=True)
+            expunge_cache(cache, DIGEST_FUNCTIONS)
+            removed.append(f"the disk cache ({cache.root})")
+    last = removed.pop()
+    click.echo(
+        f"INFO: removed {', '.join(removed)} and {last}" if removed else f"INFO: removed {last}",
+        err=True,
+    )
     return 0
 
 

@@ -31,7 +31,9 @@ class Command(NamedTuple):  # a NamedTuple: read at every start, and cheaper to 
 COMMANDS: tuple[Command, ...] = (
     Command("build", "build", "Build the given targets (kiln build //models:resnet_pt2)"),
     Command("query", "query", "Query the target graph (kiln query 'deps(//models:resnet_pt2)')"),
-    Command("clean", "clean", "Remove kiln-out/ (--expunge: the caches too)", ("build",)),
+    Command(
+        "clean", "clean", "Remove kiln-out/ (--expunge: this workspace's state too)", ("build",)
+    ),
     Command("info", "info", "Print workspace paths and the detected toolchains", ("build",)),
 )
 BY_NAME: dict[str, Command] = {c.name: c for c in COMMANDS}

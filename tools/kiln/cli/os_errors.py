@@ -17,14 +17,15 @@ _ACCESS = (
     "kiln needs to read the workspace, and to write kiln-out/, the output base and the "
     "disk cache: fix the permissions, or list a workspace directory in .kilnignore"
 )
+_NO_SPACE = "free some space (kiln clean --expunge_disk_cache, or --disk_cache_max_size=SIZE)"
 _HINTS = {
     errno.EACCES: _ACCESS,
     errno.EPERM: _ACCESS,
     errno.ENOTDIR: "a file stands where kiln needs a directory: remove it",
     errno.EISDIR: "a directory stands where kiln writes a file: remove it",
     errno.EEXIST: "a file stands where kiln needs a directory: remove it",
-    errno.ENOSPC: "free some space (kiln clean --expunge, or --disk_cache_max_size=SIZE)",
-    errno.EDQUOT: "free some space (kiln clean --expunge, or --disk_cache_max_size=SIZE)",
+    errno.ENOSPC: _NO_SPACE,
+    errno.EDQUOT: _NO_SPACE,
     errno.EROFS: "kiln writes kiln-out/, the output base and the disk cache: "
     "put them on a writable file system (--output_base, --disk_cache)",
     errno.ELOOP: "a symlink loop: remove or fix the link",

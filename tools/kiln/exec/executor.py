@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from kiln.action_graph import GENERATED_ROOT, Action
 from kiln.cache.action_cache import ActionCache, ActionResult, OutputFile
-from kiln.cache.cas import ContentStore
+from kiln.cache.cas import ContentStore, MissingBlob
 from kiln.cache.digest import Digest
 from kiln.cache.digest_cache import FileDigestCache
 from kiln.errors import KilnError
@@ -187,10 +187,7 @@ class Executor:
         if remote_miss and explanation:
             explanation = "remote cache miss; " + explanation
         try:
-            if action.content is not None:
-                done = self._write(action, key, lane)
-            else:
-                done = self._run(action, key, lane)
+            done = self._run_or_write(action, key, lane)
         except _ActionFailed as failed:
             done = _Done(None, lane, Failure(failed.message))
         if done.failure is None:
@@ -295,6 +292,22 @@ class Executor:
         return True
 
     # -- running --------------------------------------------------------------
+
+    def _run_or_write(self, action: Action, key: ActionKey, lane: str) -> _Done:
+        """Run or write the action; once more if the outputs it stored left the cache before
+        they were placed (a concurrent expunge of a shared disk cache)."""
+        for attempt in range(2):
+            try:
+                if action.content is not None:
+                    return self._write(action, key, lane)
+                return self._run(action, key, lane)
+            except MissingBlob:
+                if attempt:
+                    raise _ActionFailed(
+                        "its outputs left the disk cache as they were stored (a concurrent "
+                        "'kiln clean --expunge_disk_cache'?): build again"
+                    ) from None
+        raise AssertionError("unreachable")
 
     def _write(self, action: Action, key: ActionKey, lane: str) -> _Done:
         assert action.content is not None
