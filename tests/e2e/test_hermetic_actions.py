@@ -3,6 +3,8 @@ the toolchain; its key holds every input's executable bit."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.e2e.harness import Workspace
 
 
@@ -21,3 +23,96 @@ def test_chmod_x_of_an_input_reruns_the_action(ws: Workspace) -> None:
     assert run.executed == 1, run.err
     assert ws.out("pkg/x.txt") == "runnable\n"
     assert "input changed: pkg/tool.sh" in run.err
+
+
+def test_writing_through_a_source_input_fails_naming_it_and_leaves_the_source(
+    ws: Workspace,
+) -> None:
+    """A3: `echo x >> $<` appended to the source (a cmd even appended a target to a
+    BUILD file), and the build succeeded."""
+    ws.write(
+        "pkg/BUILD",
+        'genrule(name = "w", srcs = ["src.txt"], outs = ["w.txt"], '
+        'cmd = "echo x >> $<; cat $< > $@")\n',
+    )
+    ws.write("pkg/src.txt", "source\n")
+    run = ws.kiln("build", "//pkg:w")
+    assert run.code == 1
+    assert "pkg/src.txt: Read-only file system" in run.err
+    assert (ws.root / "pkg/src.txt").read_text() == "source\n"
+
+
+def test_without_the_sandbox_a_write_through_a_source_fails_naming_it(ws: Workspace) -> None:
+    ws.write(
+        "pkg/BUILD",
+        'genrule(name = "w", srcs = ["src.txt"], outs = ["w.txt"], '
+        'cmd = "echo x >> $<; cat $< > $@")\n',
+    )
+    ws.write("pkg/src.txt", "source\n")
+    run = ws.kiln("build", "//pkg:w", "--nosandbox")
+    assert run.code == 1
+    assert "modified its input pkg/src.txt, a source file (inputs are read-only" in run.err
+
+
+def test_an_undeclared_file_is_absent_even_by_absolute_path(ws: Workspace) -> None:
+    """A4: an action read undeclared workspace files by absolute path (its input
+    symlinks name the workspace)."""
+    ws.write(
+        "pkg/BUILD",
+        'genrule(name = "peek", srcs = ["in.txt"], outs = ["peek.txt"], '
+        'cmd = "d=$$(dirname $$(readlink $<)); ls $$d > $@; cat $$d/secret >> $@ || true")\n',
+    )
+    ws.write("pkg/in.txt", "declared\n")
+    ws.write("pkg/secret", "undeclared\n")
+    run = ws.kiln("build", "//pkg:peek")
+    assert run.code == 0, run.err
+    assert ws.out("pkg/peek.txt") == "in.txt\n"  # the workspace shows its declared file only
+
+
+def test_an_action_writes_only_its_execroot_and_a_private_tmp(ws: Workspace) -> None:
+    """A4: an action could write anywhere, e.g. /tmp, or into the workspace."""
+    host_tmp = ws.root.parent / "written-by-the-action"
+    escape = f"echo x > {host_tmp} || true; echo y > {ws.root}/pkg/new || true"
+    ws.write(
+        "pkg/BUILD",
+        f"""
+genrule(name = "a", outs = ["a.txt"], cmd = "echo a > /tmp/mine; {escape}; ls -A /tmp > $@")
+genrule(name = "b", srcs = [":a"], outs = ["b.txt"], cmd = "ls -A /tmp > $@")
+""",
+    )
+    run = ws.kiln("build", "//pkg:b")
+    assert run.code == 0, run.err
+    assert "mine" in ws.out("pkg/a.txt")
+    assert "mine" not in ws.out("pkg/b.txt")  # each action's /tmp is its own
+    assert not host_tmp.exists()
+    assert not (ws.root / "pkg/new").exists()
+
+
+def test_where_namespaces_are_refused_actions_run_unsandboxed_after_one_warning(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kiln.sandbox import client
+
+    def refuse(python: str, config: object) -> client.Sandbox:
+        raise client.SandboxUnavailable("unshare: Operation not permitted")
+
+    monkeypatch.setattr(client.Sandbox, "start", staticmethod(refuse))
+    ws.write(
+        "pkg/BUILD",
+        "".join(
+            f'genrule(name = "g{i}", outs = ["g{i}.txt"], cmd = "echo {i} > $@")\n'
+            for i in range(3)
+        ),
+    )
+    run = ws.kiln("build", "//pkg:all")
+    assert run.code == 0, run.err
+    warnings = [line for line in run.err.splitlines() if line.startswith("WARNING:")]
+    assert warnings == [
+        "WARNING: actions run without a sandbox: unshare: Operation not permitted (user and "
+        "mount namespaces are not available here); they can read undeclared files and write "
+        "outside their execroot. --nosandbox says so without this warning"
+    ]
+    assert ws.out("pkg/g2.txt") == "2\n"
+    ws.kiln("clean", "--expunge_disk_cache")
+    quiet = ws.kiln("build", "//pkg:all", "--nosandbox")
+    assert (quiet.executed, quiet.err.count("WARNING")) == (3, 0)

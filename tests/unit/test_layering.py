@@ -39,6 +39,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kiln.workers": ("kiln.errors",),
     # the Python environments actions run in: made with pip, below the executor
     "kiln.pyenv": (*LEAVES, "kiln.action_graph", "kiln.pip_lock"),
+    # namespaces and mounts; its processes speak the workers' frames
+    "kiln.sandbox": ("kiln", "kiln.errors", "kiln.workers"),
     "kiln.exec": (
         *LEAVES,
         "kiln.action_graph",
@@ -48,6 +50,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "kiln.state_file",
         "kiln.workers",
         "kiln.pyenv",
+        "kiln.sandbox",
     ),
     "kiln.loading": (
         *LEAVES,

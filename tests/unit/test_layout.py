@@ -57,8 +57,10 @@ def test_disk_cache_keeps_another_digest_function_apart(tmp_path: Path) -> None:
         tmp_path / "cas",
         tmp_path / "ac",
         tmp_path / "gc.lock",
+        tmp_path / "tmp",
         tmp_path / "blake3",
     )
+    assert sha.torch_tmp == tmp_path / "tmp" / "torch"
 
 
 def test_a_file_in_the_way_of_the_output_base_is_a_user_error(tmp_path: Path) -> None:

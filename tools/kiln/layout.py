@@ -15,6 +15,8 @@
         cas/<xx>/<hash>[.x]               blobs (`.x`: the executable copy)
         ac/<xx>/<key>                     action results
         gc.lock                           held while the cache is collected
+        tmp/torch/                        torch's state shared by packaging actions (precompiled
+                                          headers; aoti_package.py), collected with the rest
         <function>/                       a whole cache of its own for digest functions
                                           other than sha256 (blake3/): names never mix
 
@@ -93,6 +95,11 @@ class OutputBase:
         """Python environments of the toolchain plus locked packages (kiln.pyenv)."""
         return self.root / "python-envs"
 
+    @property
+    def sandbox(self) -> Path:
+        """An empty directory each sandbox's root is mounted on (in its own namespace)."""
+        return self.root / "sandbox"
+
     def digest_log(self, function: str) -> Path:
         return self.root / f"digests-{function}.log"
 
@@ -137,10 +144,20 @@ class DiskCache:
     def gc_lock(self) -> Path:
         return self.root / "gc.lock"
 
+    @property
+    def tmp(self) -> Path:
+        """Temp state of actions that outlives them: per user, collected by the GC."""
+        return self.root / "tmp"
+
+    @property
+    def torch_tmp(self) -> Path:
+        return self.tmp / "torch"
+
     def expunged(self, digest_functions: Iterable[str]) -> tuple[Path, ...]:
-        """What `kiln clean --expunge` removes: the store, and the other functions' caches."""
+        """What `kiln clean --expunge_disk_cache` removes: the store, the actions' temp state,
+        and the other functions' caches."""
         others = (self.root / f for f in digest_functions if f != DEFAULT_DIGEST_FUNCTION)
-        return (self.cas, self.ac, self.gc_lock, *others)
+        return (self.cas, self.ac, self.gc_lock, self.tmp, *others)
 
     def create(self) -> None:
         """Make the directory; a KilnError naming it if something else is in the way."""

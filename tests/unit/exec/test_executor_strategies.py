@@ -29,7 +29,7 @@ if inp.startswith("crash"):
 """
 
 
-def _executor(tmp_path: Path, strategy: str) -> Executor:
+def _executor(tmp_path: Path, strategy: str, *, sandbox: bool = True) -> Executor:
     root = tmp_path / "ws"
     cache = tmp_path / f"cache-{strategy}"
     base = tmp_path / f"base-{strategy}"
@@ -46,6 +46,7 @@ def _executor(tmp_path: Path, strategy: str) -> Executor:
             worker_max_instances=1,
             python=sys.executable,
             worker_preload=(),  # the test action needs no torch
+            sandbox=sandbox,
         ),
     )
 

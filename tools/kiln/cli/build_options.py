@@ -58,6 +58,7 @@ class BuildOptions:
     local_ram_mb: int | None
     keep_going: bool
     strategy: tuple[str, ...]  # worker|local|remote|dynamic, or Mnemonic=...
+    sandbox: bool
     worker_max_instances: int
     action_timeout: float | None
     disk_cache: Path | None
@@ -189,6 +190,13 @@ def build_options(function: Callable[..., Any]) -> Callable[..., Any]:
             help="Where actions run: here (worker, local), on --remote_executor (remote), or "
             "both at once, the first success winning (dynamic) [default: remote only the "
             "actions this host cannot run: a GPU or a toolchain it lacks]",
+        ),
+        click.option(
+            "--sandbox/--nosandbox",
+            default=True,
+            show_default=True,
+            help="Run actions in a sandbox showing only their inputs and the toolchain "
+            "(Linux user namespaces; elsewhere they run without one, with a warning)",
         ),
         click.option(
             "--worker_max_instances",

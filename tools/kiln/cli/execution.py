@@ -44,6 +44,7 @@ def execute_graph(
     exec_options = ExecOptions(
         digest_function=options.digest_function,
         strategy="worker" if options.local_strategy == "worker" else "local",
+        sandbox=options.sandbox,
         worker_max_instances=options.worker_max_instances,
         action_timeout=options.action_timeout,
         explain=options.explain,

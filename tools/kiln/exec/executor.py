@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from kiln.action_graph import GENERATED_ROOT, Action
+from kiln.action_graph import GENERATED_ROOT, PYTHON_INTERPRETER, Action
 from kiln.cache.action_cache import ActionCache, ActionResult, OutputFile
 from kiln.cache.cas import ContentStore, MissingBlob
 from kiln.cache.digest import Digest
@@ -49,6 +49,7 @@ from kiln.exec.built_outputs import BuiltOutputs
 from kiln.exec.execroot import Execroots, InputUnavailable
 from kiln.exec.explain import ExplainLog
 from kiln.exec.outcome import ActionOutcome, Failure, Source
+from kiln.exec.sandboxing import TORCH_TMP_ENV, Sandboxing
 from kiln.layout import DiskCache, OutputBase
 
 if TYPE_CHECKING:
@@ -78,6 +79,8 @@ class ExecOptions:
     # The interpreter Python actions run with: their argv names it symbolically
     # (PYTHON_INTERPRETER), so where it is installed is in no key.
     python: str = ""
+    # Actions run in a sandbox where the kernel allows (exec/sandboxing.py); --nosandbox.
+    sandbox: bool = True
     # Modules a worker imports once at start: what Python actions would import each time.
     worker_preload: tuple[str, ...] = ("torch", "torch._inductor")
     # --pip_find_links: Python environments are made offline from these wheelhouses.
@@ -143,6 +146,14 @@ class Executor:
         self.execroots = Execroots(self.output_base.execroot, self.workspace_root, self.cas)
         self._root = str(self.workspace_root) + "/"  # sources are read by this prefix
         self.cas.on_damaged = self._damaged_blob
+        self.sandboxing = Sandboxing(
+            self.options.sandbox,
+            self.options.python,
+            hidden=(self.workspace_root, self.output_base.root, self.cas.root),
+            output_base=self.output_base,
+            disk_cache=DiskCache(self.cas.root),
+            warn=lambda message: self.warn(message),  # noqa: PLW0108 - warn is set later
+        )
 
     # -- the two entry points -----------------------------------------------
 
@@ -221,6 +232,7 @@ class Executor:
         for spawner in (self.local, self.worker, self.remote_spawner):
             if spawner is not None:
                 spawner.close()
+        self.sandboxing.close()
         if self.remote is not None:
             self.remote.close()
 
@@ -363,6 +375,9 @@ class Executor:
             if self.options.verbose_failures:
                 env[VERBOSE_FAILURES_ENV] = "1"
             spawner = spawner or self._spawner_for(action, placement)
+            if action.argv[:1] == (PYTHON_INTERPRETER,):  # torch's state: actions/temp_state.py
+                sandboxed = bool(getattr(spawner, "sandboxed", False))
+                env.setdefault(TORCH_TMP_ENV, self.sandboxing.torch_tmp(sandboxed))
             before = files.input_stats(root, digests)
             run = spawner.spawn(
                 SpawnRequest(
@@ -373,9 +388,10 @@ class Executor:
                     stderr,
                     self.options.action_timeout,
                     action.resources,
-                    action.outputs,
-                    action.platform,
-                    action.describe(),
+                    outputs=action.outputs,
+                    inputs=tuple(digests),
+                    platform=action.platform,
+                    description=action.describe(),
                 )
             )
             modified = files.modified_inputs(before, files.input_stats(root, digests))
@@ -472,7 +488,9 @@ class Executor:
                     winner.append(branch)
                 return winner == [branch]
 
-        here = LocalSpawner()  # its own, so that killing it kills only this run
+        # Its own spawner, and sandbox, so that killing it kills only this run.
+        private = self.sandboxing.private()
+        here = LocalSpawner(self.options.python, private)
         with self._spawner_lock:
             self._racing.add(here)
         if self._interrupted:  # Ctrl-C came before `here` was known to interrupt()
@@ -495,6 +513,8 @@ class Executor:
                 give_up.set()
             thread.join()
             here.close()
+            if private is not None:
+                private.close()
             with self._spawner_lock:
                 self._racing.discard(here)
         if winner == ["remote"] and remote and remote[0] is not None:
@@ -555,12 +575,13 @@ class Executor:
                         self.options.python,
                         self.options.worker_max_instances,
                         self.options.worker_preload,
+                        self.sandboxing.get(),
                     )
                 return self.worker
             if self.local is None:
                 from kiln.exec.local_spawner import LocalSpawner
 
-                self.local = LocalSpawner(self.options.python)
+                self.local = LocalSpawner(self.options.python, self.sandboxing.get())
             return self.local
 
     def _forget_generated(self, digests: dict[str, Digest]) -> None:

@@ -51,6 +51,9 @@ class SpawnRequest:
     resources: Resources  # what the scheduler reserved for it
     # What the executor collects from the execroot afterwards (files and directories).
     outputs: tuple[File, ...] = ()
+    # The declared input files, relative to the execroot (which holds exactly these):
+    # what a sandbox shows the command, what a remote spawner ships.
+    inputs: tuple[str, ...] = ()
     # What the machine must offer (os, arch, GPU compute capability, toolchain versions).
     platform: tuple[tuple[str, str], ...] = ()
     description: str = ""  # "Executing genrule //app:x", for messages

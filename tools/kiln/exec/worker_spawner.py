@@ -7,6 +7,8 @@ request and holds up to `max_instances` workers. Settings the interpreter reads
 only at start-up (PYTHONHASHSEED, the locale, ...) come from the environment of
 that first request: the workers' actions share them, as their keys say.
 Lanes: the first environment's workers are worker-1.., the next env2-worker-1..
+With a sandbox, each worker starts in a sandbox of its own (kiln.sandbox.host), and
+each request carries the binds of its action's view: its execroot and inputs.
 """
 
 from __future__ import annotations
@@ -19,23 +21,41 @@ from kiln.exec.outcome import Source
 from kiln.exec.spawn import SpawnRequest, SpawnResult
 
 if TYPE_CHECKING:
+    from kiln.sandbox.client import Sandbox
     from kiln.workers.pool import WorkerPool
 
 
 class WorkerSpawner:
-    def __init__(self, python: str, max_instances: int, preload: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        python: str,
+        max_instances: int,
+        preload: tuple[str, ...],
+        sandbox: Sandbox | None = None,
+    ) -> None:
         self._python = python
+        self._sandbox = sandbox
         self._max_instances = max_instances
         self._preload = preload
         self._pools: dict[str, WorkerPool] = {}  # by interpreter
         self._lock = threading.Lock()
         self._cancelled = False
 
+    @property
+    def sandboxed(self) -> bool:
+        """Whether its commands run in a sandbox."""
+        return self._sandbox is not None
+
     def spawn(self, request: SpawnRequest) -> SpawnResult:
         from kiln.workers.protocol import WorkRequest
 
         if self._cancelled:
             return SpawnResult(-1, 0.0, Source.RAN_IN_WORKER, crashed=True, message="interrupted")
+        binds = None
+        if self._sandbox is not None:
+            from kiln.sandbox.view import action_binds
+
+            binds = [b.to_json() for b in action_binds(request.execroot, request.inputs)]
         work = WorkRequest(
             request.argv,
             dict(request.env),
@@ -43,6 +63,7 @@ class WorkerSpawner:
             str(request.stdout),
             str(request.stderr),
             request.timeout,
+            sandbox=binds,
         )
         pool = self._worker_pool(request)
         start = time.monotonic()
@@ -70,6 +91,7 @@ class WorkerSpawner:
                     preload=self._preload,
                     base_env={k: v for k, v in request.env.items() if k != "TMPDIR"},
                     lanes="worker" if count == 1 else f"env{count}-worker",
+                    launcher=None if self._sandbox is None else self._sandbox.worker_argv,
                 )
             return pool
 

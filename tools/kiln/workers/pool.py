@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 
-from kiln.workers.process import WorkerProcess
+from kiln.workers.process import Launcher, WorkerProcess
 from kiln.workers.protocol import WorkRequest, WorkResponse
 
 logger = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ class WorkerPool:
         preload: tuple[str, ...] = ("torch",),
         base_env: dict[str, str] | None = None,
         lanes: str = "worker",
+        launcher: Launcher | None = None,
     ) -> None:
         if max_instances < 1:
             raise ValueError(f"max_instances must be at least 1, not {max_instances}")
@@ -52,6 +53,7 @@ class WorkerPool:
         # The workers' own environment (locale, thread counts, where kiln is
         # importable); each action still runs with its request's env.
         self._env = dict(os.environ if base_env is None else base_env)
+        self._launcher = launcher  # what each worker is started inside (a sandbox), if any
         self._cond = threading.Condition()
         self._idle: list[WorkerProcess] = []  # most recently used last
         self._busy: set[WorkerProcess] = set()
@@ -142,7 +144,9 @@ class WorkerPool:
 
     def _start(self, slot: int) -> WorkerProcess | None:
         try:
-            worker = WorkerProcess(f"{self._lanes}-{slot}", self._python, self._preload, self._env)
+            worker = WorkerProcess(
+                f"{self._lanes}-{slot}", self._python, self._preload, self._env, self._launcher
+            )
         except BaseException:
             with self._cond:
                 self._slots.discard(slot)

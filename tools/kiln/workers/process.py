@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 from kiln.workers.protocol import (
@@ -33,12 +34,21 @@ _LOG_TAIL_BYTES = 4000
 _EXIT_CHECK_S = 0.2  # without a pidfd, how often a waiting pool looks at its worker
 _DATA, _EXITED, _TIMEOUT = "data", "exited", "timeout"
 
+# How a worker is started inside something (a sandbox: kiln.sandbox.client.Sandbox.
+# worker_argv): (the worker's argv, its request, response and lifeline fds) -> argv.
+Launcher = Callable[[list[str], int, int, int], list[str]]
+
 
 class WorkerProcess:
     """A started `python -m kiln.workers.main`; one action at a time, from one thread."""
 
     def __init__(
-        self, worker_id: str, python: str, preload: tuple[str, ...], env: dict[str, str]
+        self,
+        worker_id: str,
+        python: str,
+        preload: tuple[str, ...],
+        env: dict[str, str],
+        launcher: Launcher | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.hello: dict[str, Any] | None = None  # the worker's first frame, once read
@@ -58,6 +68,8 @@ class WorkerProcess:
         argv += ["--lifeline-fd", str(lifeline_r)]
         for module in preload:
             argv += ["--preload", module]
+        if launcher is not None:
+            argv = launcher(argv, request_r, response_w, lifeline_r)
         try:
             self._proc = subprocess.Popen(
                 argv,

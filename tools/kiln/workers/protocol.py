@@ -8,7 +8,10 @@ Each message is one frame:
 
     worker -> pool, once, after preloading:   {"pid": 123, "preload_errors": {"torch": "..."}}
     pool -> worker, per action:               {"argv": [...], "env": {...}, "cwd": "...",
-                                               "stdout_path": "...", "stderr_path": "..."}
+                                               "stdout_path": "...", "stderr_path": "...",
+                                               "sandbox": [...]}  (only to a sandboxed
+                                               worker's host: the action's binds, which it
+                                               mounts and takes out: kiln.sandbox.host)
     worker -> pool, per action:               {"exit_code": 0}   (+ "error" if it never started)
 
 End of file on the request pipe tells a worker to exit; end of file on the
@@ -44,6 +47,9 @@ class WorkRequest:
     stdout_path: str  # created or truncated by the worker
     stderr_path: str  # may equal stdout_path: both streams then share one file
     timeout: float | None = None  # seconds; enforced by the pool, not sent
+    # For a worker started in a sandbox: the action's binds (kiln.sandbox.view.Bind as
+    # JSON), made by the sandbox's host before the worker gets the request.
+    sandbox: list[Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "argv", tuple(self.argv))
@@ -60,13 +66,16 @@ class WorkRequest:
         return module
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        message = {
             "argv": list(self.argv),
             "env": self.env,
             "cwd": self.cwd,
             "stdout_path": self.stdout_path,
             "stderr_path": self.stderr_path,
         }
+        if self.sandbox is not None:
+            message["sandbox"] = self.sandbox
+        return message
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> WorkRequest:

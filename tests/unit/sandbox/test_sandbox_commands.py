@@ -1,0 +1,103 @@
+"""Local commands in the sandbox: what they see, what they may write, how they end."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.sandbox.client import Sandbox, SandboxRun
+from kiln.sandbox.view import action_binds
+
+from tests.unit.sandbox.conftest import Layout
+
+ENV = {"PATH": "/usr/bin:/bin"}
+
+
+@dataclass(frozen=True)
+class Ran:
+    run: SandboxRun
+    out: str
+    err: str
+
+
+def sh(
+    sandbox: Sandbox, root: Path, inputs: list[str], script: str, timeout: float | None = None
+) -> Ran:
+    out, err = root / ".tmp/stdout", root / ".tmp/stderr"
+    binds = action_binds(root, inputs)
+    run = sandbox.run(["/bin/sh", "-c", script], ENV, root, out, err, binds, timeout)
+    read = lambda p: p.read_text() if p.exists() else ""  # noqa: E731
+    return Ran(run, read(out), read(err))
+
+
+def test_a_command_reads_its_inputs_and_writes_its_execroot(
+    sandbox: Sandbox, layout: Layout
+) -> None:
+    root, inputs = layout.execroot("e1", {"pkg/in.txt": "hello\n"})
+    ran = sh(sandbox, root, inputs, "cat pkg/in.txt > out.txt; echo done")
+    assert (ran.run.exit_code, ran.out) == (0, "done\n"), ran.err
+    assert (root / "out.txt").read_text() == "hello\n"
+
+
+def test_the_workspace_shows_only_the_declared_sources(sandbox: Sandbox, layout: Layout) -> None:
+    root, inputs = layout.execroot("e1", {"pkg/in.txt": "x"})
+    ran = sh(
+        sandbox,
+        root,
+        inputs,
+        f"ls -A {layout.workspace} {layout.workspace}/pkg; cat {layout.workspace}/secret.txt",
+    )
+    assert ran.out == f"{layout.workspace}:\npkg\n\n{layout.workspace}/pkg:\nin.txt\n"
+    assert "secret.txt: No such file or directory" in ran.err
+
+
+def test_an_input_is_read_only_even_to_root(sandbox: Sandbox, layout: Layout) -> None:
+    root, inputs = layout.execroot("e1", {"pkg/in.txt": "source\n"})
+    ran = sh(sandbox, root, inputs, "echo x >> pkg/in.txt")
+    assert ran.run.exit_code != 0
+    assert "pkg/in.txt: Read-only file system" in ran.err
+    assert (layout.workspace / "pkg/in.txt").read_text() == "source\n"
+
+
+def test_tmp_is_private_and_the_shared_state_is_bound_in_it(
+    sandbox: Sandbox, layout: Layout
+) -> None:
+    root, inputs = layout.execroot("e1", {})
+    ran = sh(sandbox, root, inputs, "echo s > /tmp/shared/kept; echo p > /tmp/private; ls -A /tmp")
+    assert ran.run.exit_code == 0, ran.err
+    assert (layout.shared / "kept").read_text() == "s\n"
+    assert not Path("/tmp/private").exists()
+    again = sh(sandbox, root, inputs, "ls -A /tmp /tmp/shared")
+    assert "private" not in again.out and "kept" in again.out
+
+
+def test_the_host_outside_the_toolchain_is_absent(sandbox: Sandbox, layout: Layout) -> None:
+    root, inputs = layout.execroot("e1", {})
+    ran = sh(sandbox, root, inputs, f"ls {Path.home()} {layout.base}; echo > /etc/kiln-test")
+    assert f"{layout.base}:\nexecroot\n" in ran.out  # the output base: this execroot only
+    assert "/etc/kiln-test: Read-only file system" in ran.err
+    assert not Path("/etc/kiln-test").exists()
+
+
+def test_exit_codes_signals_and_missing_programs(sandbox: Sandbox, layout: Layout) -> None:
+    root, inputs = layout.execroot("e1", {})
+    assert sh(sandbox, root, inputs, "exit 3").run.exit_code == 3
+    assert sh(sandbox, root, inputs, "kill -SEGV $$").run.exit_code == -11
+    out, err = root / ".tmp/o", root / ".tmp/e"
+    missing = sandbox.run(["no-such-program"], ENV, root, out, err, action_binds(root, []), None)
+    assert missing == SandboxRun(
+        127, missing.seconds, "cannot run no-such-program: No such file or directory"
+    )
+
+
+def test_a_command_past_its_timeout_is_killed_with_what_it_started(
+    sandbox: Sandbox, layout: Layout
+) -> None:
+    root, inputs = layout.execroot("e1", {})
+    start = time.monotonic()
+    ran = sh(sandbox, root, inputs, "sleep 60 & echo $! > child; wait", timeout=0.5)
+    assert ran.run.message == "timed out after 0.5 s"
+    assert time.monotonic() - start < 5
+    child = int((root / "child").read_text())
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text()

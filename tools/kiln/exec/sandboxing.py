@@ -1,0 +1,110 @@
+"""Whether this build's actions run in a sandbox (kiln.sandbox), decided once per build.
+
+On Linux, with `--sandbox` (the default), the first action to run starts the
+sandbox server; every local command then runs in a sandbox of its own and
+every persistent worker in one whose view each action remakes. Where the
+kernel will not make user and mount namespaces (not Linux; a container
+without them; kernel.unprivileged_userns_clone=0; an AppArmor policy that
+restricts them), actions run as they would with --nosandbox, after one
+warning naming the reason: they can then read undeclared files by absolute
+path and write outside their execroot, and a write through an input is
+caught only afterwards (execroot_files.input_stats).
+
+Besides an action's own files, a sandbox shows the toolchain (view.py: the
+system directories and the interpreter's), and at /tmp/kiln-torch-tmp the
+disk cache's torch state (layout.DiskCache.torch_tmp): a fixed path, the same
+for every user and machine, which packages embed (actions/aoti_package.py).
+Without the sandbox, actions get that directory's own path, per user.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kiln.layout import DiskCache, OutputBase
+
+if TYPE_CHECKING:
+    from kiln.sandbox.client import Sandbox
+
+# Where a sandboxed action finds the torch state; and the variable that tells it
+# (kiln.actions.temp_state reads it: the same string, pinned by a test).
+SANDBOXED_TORCH_TMP = "/tmp/kiln-torch-tmp"
+TORCH_TMP_ENV = "KILN_TORCH_TMP"
+
+
+class Sandboxing:
+    def __init__(
+        self,
+        enabled: bool,
+        python: str,
+        hidden: Sequence[Path],
+        output_base: OutputBase,
+        disk_cache: DiskCache,
+        warn: Callable[[str], None],
+    ) -> None:
+        self.enabled = enabled
+        self._python = python
+        self._hidden = tuple(hidden)
+        self._output_base = output_base
+        self._disk_cache = disk_cache
+        self.warn = warn
+        self._lock = threading.Lock()
+        self._decided = False
+        self._sandbox: Sandbox | None = None
+
+    def get(self) -> Sandbox | None:
+        """The build's sandbox, started at the first call; None if off or unavailable."""
+        with self._lock:
+            if not self._decided:
+                self._decided = True
+                if self.enabled:
+                    self._sandbox = self._start()
+            return self._sandbox
+
+    def private(self) -> Sandbox | None:
+        """A sandbox of its own, which the caller closes (the dynamic strategy's local run:
+        cancelling it must not touch the build's other commands); None where the build's
+        is off or unavailable."""
+        if self.get() is None:
+            return None
+        return self._start()
+
+    def torch_tmp(self, sandboxed: bool) -> str:
+        """The torch state's path as the action sees it."""
+        return SANDBOXED_TORCH_TMP if sandboxed else str(self._disk_cache.torch_tmp)
+
+    def close(self) -> None:
+        with self._lock:
+            sandbox, self._sandbox = self._sandbox, None
+        if sandbox is not None:
+            sandbox.close()
+
+    def _start(self) -> Sandbox | None:
+        try:
+            from kiln.sandbox.client import Sandbox, SandboxUnavailable
+            from kiln.sandbox.view import Bind, SandboxConfig, toolchain_dirs
+        except OSError as error:  # no libc to call: not Linux
+            self._fall_back(str(error))
+            return None
+        torch_tmp = self._disk_cache.torch_tmp
+        torch_tmp.mkdir(parents=True, exist_ok=True)
+        config = SandboxConfig(
+            toolchain=toolchain_dirs(self._hidden),
+            binds=(Bind(str(torch_tmp), SANDBOXED_TORCH_TMP, writable=True),),
+            staging=str(self._output_base.sandbox),
+        )
+        try:
+            return Sandbox.start(self._python, config)
+        except SandboxUnavailable as error:
+            self._fall_back(error.message)
+            return None
+
+    def _fall_back(self, reason: str) -> None:
+        self.warn(
+            f"actions run without a sandbox: {reason} (user and mount namespaces are not "
+            "available here); they can read undeclared files and write outside their "
+            "execroot. --nosandbox says so without this warning"
+        )
