@@ -159,6 +159,11 @@ def test_identical_inputs_give_a_byte_identical_package(
     mine = (mlp.root / "kiln-out/models/mlp_pt2.pt2").read_bytes()
     theirs = (other.root / "kiln-out/models/mlp_pt2.pt2").read_bytes()
     assert mine == theirs
+    # Two users' caches (issue 11 A6): torch's state lies in each one's own, not in
+    # a shared /tmp path, and the packages still match (the sandbox shows both at
+    # /tmp/kiln-torch-tmp).
+    for cache in (Path(mlp.env["XDG_CACHE_HOME"]), tmp_path / "fresh-cache"):
+        assert any((cache / "kiln/tmp/torch").iterdir())
 
 
 def test_another_checkout_path_and_venv_path_get_only_cache_hits(

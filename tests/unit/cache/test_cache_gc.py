@@ -212,3 +212,28 @@ def test_writers_never_fail_while_the_store_is_expunged_under_them(
     writer.join()
     assert errors == []
     assert expunges >= 5
+
+
+def test_the_actions_temp_state_counts_and_is_collected_but_a_held_lock(
+    cas: ContentStore, tmp_path: Path
+) -> None:
+    """Issue 11 A6: packaging's 1.2 GB of precompiled headers were never collected."""
+    headers = tmp_path / "tmp/torch/precompiled_headers"
+    headers.mkdir(parents=True)
+    (headers / "old.gch").write_bytes(b"h" * 5000)
+    age(headers / "old.gch", 3600)
+    held = tmp_path / "tmp/kiln-inductor-ab.lock"
+    held.write_bytes(b"")
+    age(held, 3600)
+    recent = blob(cas, b"r", 0)
+    fd = os.open(held, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        report = collect(tmp_path, max_bytes=200)
+    finally:
+        os.close(fd)
+    assert report.bytes_before >= 5100
+    assert report.temp_state_removed == 1
+    assert not (headers / "old.gch").exists()
+    assert held.exists()  # another process holds it
+    assert cas.has(recent)

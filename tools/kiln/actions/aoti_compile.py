@@ -38,9 +38,10 @@ from typing import Any
 
 from kiln.action_specs import CompileSpec
 from kiln.actions import spec as action_spec
-from kiln.actions.aoti_package import cpu_target_env, pin_temp_dirs, private_inductor_cache
+from kiln.actions.aoti_package import cpu_target_env, private_inductor_cache
 from kiln.actions.errors import ActionError, summary
 from kiln.actions.spec import ActionFailure
+from kiln.actions.temp_state import pin_temp_dirs
 
 SPLIT_CONFIGS: dict[str, Any] = {
     "aot_inductor.package_constants_in_so": False,

@@ -12,24 +12,24 @@ each action compiles with a private, emptied cache at a path derived from
 what it compiles (held under an flock while in use), and writes a fixed file
 name. Identical inputs then give byte-identical packages where torch allows,
 whichever tool runs the action and wherever its outputs go (kiln-out/ or
-Bazel's bazel-out/<cfg>/bin/): see inductor_cache_dir.
+Bazel's bazel-out/<cfg>/bin/): see inductor_cache_dir. Where those
+directories are (per user, under kiln's cache): temp_state.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from kiln.action_specs import CompileSpec, PackageSpec
 from kiln.actions import spec as action_spec
+from kiln.actions import temp_state
 from kiln.actions.spec import ActionFailure
+from kiln.actions.temp_state import pin_temp_dirs
 
 
 def inductor_cache_dir(spec: PackageSpec | CompileSpec) -> Path:
@@ -41,6 +41,10 @@ def inductor_cache_dir(spec: PackageSpec | CompileSpec) -> Path:
     paths: they name the output root (kiln-out/ or bazel-out/<cfg>/bin/), which
     must never reach an artifact (tests/e2e/test_path_independence.py).
     """
+    return temp_state.private_cache_dir(_cache_name(spec))
+
+
+def _cache_name(spec: PackageSpec | CompileSpec) -> str:
     if isinstance(spec, CompileSpec):
         source, paths = spec.structure, {"structure": "", "output": "", "layout": ""}
     else:
@@ -49,21 +53,13 @@ def inductor_cache_dir(spec: PackageSpec | CompileSpec) -> Path:
     digest = hashlib.sha256(settings.encode())
     with open(source, "rb") as program:
         digest.update(hashlib.file_digest(program, "sha256").digest())
-    return Path("/tmp") / f"kiln-inductor-{digest.hexdigest()[:16]}"
+    return digest.hexdigest()[:16]
 
 
 @contextlib.contextmanager
 def private_inductor_cache(spec: PackageSpec | CompileSpec) -> Iterator[Path]:
-    base = inductor_cache_dir(spec)
-    lock = os.open(f"{base}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        shutil.rmtree(base, ignore_errors=True)
-        base.mkdir()
+    with temp_state.private_cache(_cache_name(spec)) as base:
         yield base
-        shutil.rmtree(base, ignore_errors=True)
-    finally:
-        os.close(lock)
 
 
 def cpu_target_env(cpu_target: str) -> dict[str, str]:
@@ -77,22 +73,6 @@ def cpu_target_env(cpu_target: str) -> dict[str, str]:
         "x86-64": "default",
     }.get(cpu_target, "default")
     return {"TORCHINDUCTOR_CPP_MARCH": cpu_target, "ATEN_CPU_CAPABILITY": capability}
-
-
-# Shared by every packaging action, at a fixed path: inductor writes precompiled
-# headers under $TMPDIR and names that path in the generated sources, and
-# computes it once, when torch._inductor.codecache is imported. A per-action
-# $TMPDIR (the execroot's) would make every package's bytes differ.
-SHARED_TMP = Path("/tmp/kiln-torch-tmp")
-
-
-def pin_temp_dirs() -> None:
-    SHARED_TMP.mkdir(parents=True, exist_ok=True)
-    os.environ["TMPDIR"] = str(SHARED_TMP)
-    tempfile.tempdir = None
-    from torch._inductor import codecache
-
-    codecache._HEADER_DIR = str(SHARED_TMP / "precompiled_headers")
 
 
 def main(spec: PackageSpec) -> None:

@@ -13,6 +13,12 @@ within the same second action-cache entries go before blobs, so an entry
 rarely outlives the blobs it names. It may: an entry whose blob is gone
 is only a miss (ActionCache.lookup checks every blob), never a wrong result.
 
+The actions' temp state that outlives them (`tmp/`: torch's precompiled
+headers, the private caches of packaging actions killed midway) counts too,
+file by file, and goes after the blobs of the same second: it is made again
+when needed. A lock file another process holds is never removed (two
+holders of one name would be two locks), and directories left empty go.
+
 Nothing used after (start - grace_seconds) is removed, and each
 file is stat'ed again just before it is unlinked, so the blobs a build is
 writing or has just hit are safe until its action-cache entry names them.
@@ -41,7 +47,7 @@ from kiln.cache.atomic import is_temp
 from kiln.layout import DiskCache
 
 _NS = 1_000_000_000
-_ENTRY, _BLOB = 0, 1
+_ENTRY, _BLOB, _TEMP = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,7 @@ class GcReport:
     blobs_removed: int
     entries_removed: int
     temps_removed: int = 0
+    temp_state_removed: int = 0  # files of tmp/
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +113,9 @@ def _collect(root: Path, max_bytes: int, cutoff_ns: int) -> GcReport:
     layout = DiskCache(root)
     temps_removed = _scan(layout.cas, _BLOB, cutoff_ns, items, shards=True)
     temps_removed += _scan(layout.ac, _ENTRY, cutoff_ns, items, shards=True)
+    _scan_temp_state(layout.tmp, items)
     total = before = sum(item.size for item in items)
-    removed = {_ENTRY: 0, _BLOB: 0}
+    removed = {_ENTRY: 0, _BLOB: 0, _TEMP: 0}
     if total > max_bytes:
         items.sort(key=_Item.order)
         for item in items:
@@ -117,7 +125,45 @@ def _collect(root: Path, max_bytes: int, cutoff_ns: int) -> GcReport:
                 continue
             total -= item.size
             removed[item.kind] += 1
-    return GcReport(before, total, removed[_BLOB], removed[_ENTRY], temps_removed)
+    _remove_empty_directories(layout.tmp, cutoff_ns)
+    return GcReport(before, total, removed[_BLOB], removed[_ENTRY], temps_removed, removed[_TEMP])
+
+
+def _scan_temp_state(directory: Path, items: list[_Item]) -> None:
+    """Every file under the actions' temp state, but lock files that are held."""
+    for dirpath, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if name.endswith(".lock") and _held(path):
+                continue
+            items.append(_Item(st.st_atime_ns, _TEMP, st.st_size, path))
+
+
+def _held(path: str) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # releases what it took
+    return False
+
+
+def _remove_empty_directories(directory: Path, cutoff_ns: int) -> None:
+    for dirpath, _, _ in sorted(os.walk(directory), key=lambda w: -len(w[0])):
+        if dirpath == str(directory):
+            continue
+        with contextlib.suppress(OSError):  # not empty, or gone
+            if os.stat(dirpath).st_mtime_ns < cutoff_ns:
+                os.rmdir(dirpath)
 
 
 def _scan(directory: Path, kind: int, cutoff_ns: int, items: list[_Item], shards: bool) -> int:
