@@ -7,12 +7,14 @@ Modes:
                    connection is closed: the client's kept-alive connection is stale
                    when it next uses it
     "blob:<hex>"   GET answers 200 with the given bytes (hex), anything else 404
+    "trickle:<hex>:<seconds>"  GET answers 200 with those bytes, one every <seconds>
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -42,6 +44,19 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         elif mode.startswith("blob:") and self.command == "GET":
             self._send(200, bytes.fromhex(mode[5:]))
+        elif mode.startswith("trickle:") and self.command == "GET":
+            data, delay = mode[8:].split(":")
+            body = bytes.fromhex(data)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with contextlib.suppress(OSError):  # the client gave up
+                for i in range(len(body)):
+                    self.wfile.write(body[i : i + 1])
+                    self.wfile.flush()
+                    if self.server.release.wait(float(delay)):
+                        return
+            time.sleep(0)
         else:
             self._send(404, b"")
 

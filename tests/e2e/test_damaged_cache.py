@@ -6,11 +6,14 @@ outputs from the remote."""
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import shutil
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.e2e.harness import KILN, Run, Workspace
 from tests.nginx_cache import nginx_cache
@@ -152,3 +155,19 @@ def test_a_concurrent_expunge_of_the_shared_disk_cache_never_breaks_a_build(
     assert (build.returncode, "Traceback" in err) == (0, False), err
     assert expunges >= 3
     assert ws.out(f"p{packages - 1}/g.txt") == "".join(f"{p}\n" for p in range(packages))
+
+
+def test_an_action_failing_on_a_full_disk_says_the_disk_is_full(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 11 A5: a remote had filled the disk, and the action that then failed with
+    ENOSPC was reported as 'exited with code 1', nothing more."""
+    from kiln.exec import execroot_files
+
+    Usage = collections.namedtuple("Usage", "total used free")
+    monkeypatch.setattr(execroot_files, "_disk_usage", lambda _p: Usage(1 << 30, 1 << 30, 4096))
+    ws.write("pkg/BUILD", 'genrule(name = "x", outs = ["x.txt"], cmd = "exit 1")\n')
+    run = ws.kiln("build", "//pkg:x")
+    assert run.code == 1
+    assert "failed: exited with code 1 (the disk holding its execroot " in run.err
+    assert "is full: 4 KiB free)" in run.err

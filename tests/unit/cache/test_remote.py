@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import collections
 import os
 import socket
 import time
@@ -10,8 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kiln.cache import cas as cas_module
 from kiln.cache.action_cache import ActionResult, OutputFile
-from kiln.cache.cas import BlobMismatch, ContentStore
+from kiln.cache.cas import BlobMismatch, ContentStore, NoRoom
 from kiln.cache.digest import Digest, digest_bytes
 from kiln.cache.remote import RemoteCache, RemoteError, parse_header
 
@@ -248,3 +250,79 @@ def test_credentials_in_the_url_become_basic_auth_and_are_never_shown() -> None:
                 fake.headers[-1]["Authorization"]
                 == "Basic " + base64.b64encode(b"ci:pa$s").decode()
             )
+
+
+def test_a_trickled_blob_is_given_up_after_the_grace_not_after_every_byte(
+    tmp_path: Path,
+) -> None:
+    """Issue 11 A7: --remote_timeout bounded each socket read, not a transfer: a blob
+    trickled at 1 byte per 1.5 s stalled the build 44 s for 29 bytes."""
+    data = b"twenty-nine bytes, one by one"
+    mode = f"trickle:{data.hex()}:1.5"
+    with fake_http_cache(mode) as fake, RemoteCache(fake.url, timeout=2.0) as remote:
+        start = time.monotonic()
+        with pytest.raises(RemoteError, match=r"too slow: \d+ of 29 bytes in 2\.\d s"):
+            remote.download(digest_bytes(data), ContentStore(tmp_path / "c"))
+        assert time.monotonic() - start < 4  # grace = min(timeout, 10 s) = 2 s
+    assert list((tmp_path / "c").rglob(".tmp.*")) == []
+
+
+def test_a_steady_transfer_above_the_minimum_rate_completes(tmp_path: Path) -> None:
+    data = bytes(range(20))
+    mode = f"trickle:{data.hex()}:0.05"  # 20 bytes/s: above a minimum of 10
+    with fake_http_cache(mode) as fake, RemoteCache(fake.url, timeout=0.5, min_rate=10) as remote:
+        cas = ContentStore(tmp_path / "c")
+        remote.download(digest_bytes(data), cas)
+        assert cas.intact(digest_bytes(data))
+
+
+def test_a_claimed_size_the_disk_cannot_spare_is_not_downloaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 11 A5: a remote claiming a 10 GB blob streamed 2.1 GB into a CAS temp file,
+    and on a small disk filled it: the size came from the remote alone."""
+    cas = ContentStore(tmp_path / "c")
+    Usage = collections.namedtuple("Usage", "total used free")
+    monkeypatch.setattr(cas_module, "_disk_usage", lambda _p: Usage(20 << 30, 0, 4 << 30))
+    claimed = Digest("ab" * 32, 10 << 30)
+    endless = len  # a server that never stops: every buffer comes back full
+    with pytest.raises(NoRoom, match=r"needs 10\.0 GiB, and the disk cache's file"):
+        cas.put_stream(claimed, endless)
+    assert list((tmp_path / "c").rglob(".tmp.*")) == []
+
+
+def test_a_download_stops_when_the_disk_fills_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cas = ContentStore(tmp_path / "c")
+    Usage = collections.namedtuple("Usage", "total used free")
+    free = [8 << 30]
+    monkeypatch.setattr(cas_module, "_disk_usage", lambda _p: Usage(20 << 30, 0, free[0]))
+    monkeypatch.setattr(cas_module, "_ROOM_CHECK", 1 << 20)
+
+    def filling(view: memoryview) -> int:
+        free[0] -= 4 << 30  # another process writes a lot meanwhile
+        return len(view)
+
+    with pytest.raises(NoRoom, match="filled while blob"):
+        cas.put_stream(Digest("cd" * 32, 6 << 20), filling)
+    assert list((tmp_path / "c").rglob(".tmp.*")) == []
+
+
+def test_a_paced_download_keeps_its_connection_for_the_next(
+    remote: RemoteCache, server: NginxCache, cas: ContentStore, tmp_path: Path
+) -> None:
+    blobs = [os.urandom(1000 + i) for i in range(5)]
+    digests = [_blob(cas, data).digest for data in blobs]
+    for digest in digests:
+        remote.upload(digest, cas)
+    fresh = ContentStore(tmp_path / "fresh")
+    for digest in digests:
+        remote.download(digest, fresh)
+    asked = {d.hash for d in digests}
+    gets = {
+        c
+        for c, request, _ in server.log()
+        if request.startswith("GET") and request.split()[1][5:] in asked
+    }
+    assert len(gets) == 1

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from kiln.action_graph import Action, File
+from kiln.cache import cas as cas_module
 from kiln.cache.action_cache import ActionCache, ActionResult, OutputFile
 from kiln.cache.cas import ContentStore
 from kiln.cache.digest import Digest, digest_bytes
@@ -157,3 +159,22 @@ def test_nothing_is_asked_or_sent_when_the_flags_say_so(tmp_path: Path) -> None:
     assert cache.lookup(_action(File("kiln-out/m/x.bin")), KEY) == (None, "")
     cache.upload(KEY)
     assert remote.calls == []
+
+
+def test_a_result_larger_than_the_disk_can_spare_is_not_downloaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 11 A5: a remote claiming a 10 GB output filled a small disk; the claim is
+    weighed against the free space before anything is downloaded."""
+    Usage = collections.namedtuple("Usage", "total used free")
+    monkeypatch.setattr(cas_module, "_disk_usage", lambda _p: Usage(8 << 30, 0, 3 << 30))
+    claimed = Digest("ab" * 32, 10 << 30)
+    remote = FakeRemote(ActionResult((OutputFile("kiln-out/m/x.bin", claimed),)))
+    cache, warnings = _spawn_cache(tmp_path, remote)
+    assert cache.lookup(_action(File("kiln-out/m/x.bin")), KEY) == (None, "miss")
+    assert "download" not in remote.calls
+    assert warnings == [
+        "Gen //m:x: not downloaded: the remote cache's result needs 10.0 GiB, and the disk "
+        f"cache's file system ({tmp_path / 'cas'}) can spare 2.2 GiB; building locally"
+    ]
+    assert not cache.failed  # the remote stays in use for other actions

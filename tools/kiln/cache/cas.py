@@ -44,7 +44,10 @@ refreshes the source's times: it is the blob's inode now.
 put_stream stores a download: it hashes the bytes as they are written to
 the temp file and publishes them only if they match the digest they were
 asked for by (BlobMismatch otherwise), so a tampered or truncated download
-never becomes a blob.
+never becomes a blob. The size it expects is the digest's, which a remote
+claims: so it also stops (NoRoom) before the file system would be left with
+less than its reserve free (room(): min(1 GiB, a tenth of it)); a remote
+never fills the disk builds write to.
 
 The access time of a blob is its last use, for LRU garbage collection
 (gc.py): put_file sets it, touch() refreshes it (atime only: the mtime of a
@@ -98,6 +101,11 @@ _CANNOT_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP,
 # racily-clean window, so its stamp is recorded at once; any write after the seal
 # sets the mtime to the present, never to this value.
 SEALED_MTIME_AGE_NS = RACY_NS + 1_000_000_000
+# A download leaves this much free on the store's file system: min(1 GiB, a tenth of it).
+_RESERVE_MAX = 1 << 30
+_RESERVE_SHARE = 10
+_ROOM_CHECK = 64 << 20  # a download looks at the free space again every so many bytes
+_disk_usage = shutil.disk_usage  # a seam for tests: (total, used, free) of a path
 
 
 class BlobMismatch(KilnError):
@@ -106,6 +114,10 @@ class BlobMismatch(KilnError):
 
 class MissingBlob(KilnError):
     """A blob that should be in the local cache is not (collected, expunged)."""
+
+
+class NoRoom(KilnError):
+    """A download would leave the store's file system with less than its reserve free."""
 
 
 class DamagedBlob(KilnError):
@@ -173,6 +185,22 @@ class ContentStore:
     def intact(self, digest: Digest, executable: bool = False) -> bool:
         """check() is INTACT: present, and verified."""
         return self.check(digest, executable) is BlobState.INTACT
+
+    def room(self) -> int:
+        """Bytes downloads may still write: the free space of the store's file system, less
+        its reserve (min(1 GiB, a tenth of the file system))."""
+        make_dirs(self._dir)
+        usage = _disk_usage(self._dir)
+        return usage.free - min(_RESERVE_MAX, usage.total // _RESERVE_SHARE)
+
+    def check_room(self, size: int, what: str) -> None:
+        """NoRoom unless `size` more bytes fit room()."""
+        room = self.room()
+        if size > room:
+            raise NoRoom(
+                f"{what} needs {_human(size)}, and the disk cache's file system ({self._dir}) "
+                f"can spare {_human(max(room, 0))}"
+            )
 
     def touch(self, digest: Digest, executable: bool = False) -> None:
         """Mark the blob as used now; a missing blob is not an error."""
@@ -243,16 +271,26 @@ class ContentStore:
         end, as a file's or an HTTP response's readinto does. The content is hashed
         as it is written to a temp file, and published only if its size and hash
         are digest's: otherwise BlobMismatch, and nothing is stored. At most
-        digest.size + 1 bytes are read, so an endless source cannot fill the disk.
+        digest.size + 1 bytes are read, so an endless source cannot fill the disk,
+        and NoRoom stops it before the file system is left without its reserve.
         """
+        self.check_room(digest.size, f"blob {digest}")
         dest = self.path(digest, executable)
         make_dirs(dest.parent)
         temp = temp_path(dest.parent)
         hasher = new_hasher(self.function)
+
+        def room_left(written: int) -> None:
+            if self.room() <= 0:  # others filled the disk meanwhile
+                raise NoRoom(
+                    f"the disk cache's file system filled while blob {digest} "
+                    f"came down ({written} of {digest.size} bytes)"
+                )
+
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                size = _receive(readinto, fd, hasher, digest.size + 1)
+                size = _receive(readinto, fd, hasher, digest.size + 1, room_left)
                 if size != digest.size:
                     got = "more" if size > digest.size else str(size)
                     raise BlobMismatch(f"{got} bytes where its digest {digest} says {digest.size}")
@@ -400,6 +438,13 @@ class ContentStore:
         return digest
 
 
+def _human(count: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"
+
+
 def _copy(src: Path, fd: int) -> int:
     """Copy src to fd; the number of bytes copied.
 
@@ -429,8 +474,15 @@ def _copy(src: Path, fd: int) -> int:
     return size
 
 
-def _receive(readinto: Callable[[memoryview], int], fd: int, hasher: Hasher, limit: int) -> int:
+def _receive(
+    readinto: Callable[[memoryview], int],
+    fd: int,
+    hasher: Hasher,
+    limit: int,
+    room_left: Callable[[int], None] = lambda _written: None,
+) -> int:
     """Copy at most limit bytes from readinto to fd, hashing them; the number copied.
+    room_left(written) is called every _ROOM_CHECK bytes (it raises to stop).
 
     A large blob is hashed on a second thread while the next buffer is received
     and written: hashlib and blake3 release the GIL, so hashing (SHA-256 about
@@ -439,12 +491,16 @@ def _receive(readinto: Callable[[memoryview], int], fd: int, hasher: Hasher, lim
     line (bench/bench_remote_cache.py).
     """
     size = 0
+    checked = 0
     if limit <= _PIPELINE_MIN:
         view = memoryview(bytearray(_BUFFER_SIZE))
         while size < limit and (n := readinto(view[: min(_BUFFER_SIZE, limit - size)])):
             hasher.update(view[:n])
             _write_all(fd, view[:n])
             size += n
+            if size - checked >= _ROOM_CHECK:
+                checked = size
+                room_left(size)
         return size
     free: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
     full: queue.SimpleQueue[tuple[bytearray, int] | None] = queue.SimpleQueue()
@@ -469,6 +525,9 @@ def _receive(readinto: Callable[[memoryview], int], fd: int, hasher: Hasher, lim
             _write_all(fd, view[:n])
             size += n
             full.put((buffer, n))
+            if size - checked >= _ROOM_CHECK:
+                checked = size
+                room_left(size)
     finally:
         full.put(None)
         thread.join()

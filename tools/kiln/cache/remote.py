@@ -27,6 +27,14 @@ action run in parallel on a small thread pool (transfer_many).
 
 The empty blob never travels: every REAPI client and server takes it as
 present, and it is made locally (and checked against its digest) instead.
+
+Limits (_Pace). `timeout` (--remote_timeout) bounds every wait: connecting,
+the response, each read or write, as Bazel's does. And a transfer must keep
+up with `min_rate` (--remote_min_rate): its bytes may fall behind that rate
+by at most `grace` = min(timeout, 10 s), so N bytes take at most grace + N /
+min_rate, and a server trickling a few bytes is given up after seconds, not
+minutes. The size of a download is the digest's, which the remote claims:
+ContentStore.put_stream also stops at the space its disk can spare.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import http.client
 import re
 import ssl
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +68,9 @@ _KEY = re.compile(r"[0-9a-f]{8,128}")
 _INSTANCE = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
 # Errors of a kept-alive connection that the server closed while it was idle.
 _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+MIN_RATE = 1 << 20  # bytes per second: --remote_min_rate's default
+_GRACE_S = 10.0  # how far behind min_rate a transfer may fall (at most --remote_timeout)
+_SEND_CHUNK = 8 << 20  # uploads are paced chunk by chunk
 
 
 class RemoteError(KilnError):
@@ -87,6 +99,7 @@ class RemoteCache:
         timeout: float = 60.0,
         instance_name: str = "",
         jobs: int = 8,
+        min_rate: int = MIN_RATE,
     ) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -115,7 +128,10 @@ class RemoteCache:
             password = urllib.parse.unquote(parts.password or "")
             token = base64.b64encode(f"{user}:{password}".encode()).decode()
             self._headers.append(("Authorization", f"Basic {token}"))
+        if min_rate < 1:
+            raise ValueError(f"a minimum rate is at least 1 byte per second, not {min_rate}")
         self.timeout = timeout
+        self.min_rate = min_rate
         self._jobs = jobs
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
@@ -239,12 +255,13 @@ class RemoteCache:
         method: str,
         path: str,
         body: _Body | None,
-        receive: Callable[[http.client.HTTPResponse], T],
+        receive: Callable[[http.client.HTTPResponse, _Pace], T],
     ) -> T:
         """One request and its response, on a pooled connection; RemoteError on failure."""
         where = f"{method} {self._scheme_host()}{path}"
         for attempt in range(2):
             conn, reused = self._connect()
+            pace = _Pace(conn, self.timeout, self.min_rate)
             try:
                 conn.putrequest(method, path, skip_accept_encoding=True)
                 for header in self._headers:
@@ -253,7 +270,8 @@ class RemoteCache:
                     conn.putheader("Content-Length", str(body.size))
                 conn.endheaders()
                 if body is not None:
-                    body.send(conn)
+                    body.send(conn, pace)
+                pace.waiting(0)
                 response = conn.getresponse()
             except _STALE as e:
                 conn.close()
@@ -264,7 +282,7 @@ class RemoteCache:
                 conn.close()
                 raise RemoteError(f"{where}: {_describe(e)}") from None
             try:
-                value = receive(response)
+                value = receive(response, pace)
             except RemoteError as e:
                 conn.close()
                 raise RemoteError(f"{where}: {e.message}") from None
@@ -296,15 +314,84 @@ class _Body:
         self.data = data
         self.file = file
 
-    def send(self, conn: http.client.HTTPConnection) -> None:
+    def send(self, conn: http.client.HTTPConnection, pace: _Pace) -> None:
         if not self.file:
+            pace.waiting(len(self.data))
             conn.send(self.data)
             return
         assert conn.sock is not None  # endheaders() connected it
+        sent = 0
         with open(self.file, "rb") as f:
-            sent = conn.sock.sendfile(f, 0, self.size)
+            while sent < self.size:
+                count = min(_SEND_CHUNK, self.size - sent)
+                pace.waiting(self.size)
+                moved = conn.sock.sendfile(f, sent, count)
+                if not moved:
+                    break
+                sent += moved
+                pace.moved(moved)
         if sent != self.size:
             raise OSError(f"sent {sent} of {self.size} bytes of {self.file}")
+
+
+class _Pace:
+    """How long one transfer may take (see the module's docstring): each wait at most the
+    timeout, and no more than `grace` seconds behind `min_rate`. waiting() sets the socket's
+    timeout for the next wait, or gives up with RemoteError."""
+
+    def __init__(self, conn: http.client.HTTPConnection, timeout: float, min_rate: int) -> None:
+        self._conn = conn
+        self._timeout = timeout
+        self._min_rate = min_rate
+        self._grace = min(timeout, _GRACE_S)
+        self._start = time.monotonic()
+        self.done = 0
+
+    def waiting(self, total: int) -> None:
+        """Before a read or write of a transfer of `total` bytes (0: a response awaited)."""
+        elapsed = time.monotonic() - self._start
+        if total == 0:
+            allowed = self._timeout
+        else:
+            allowed = self._grace + self.done / self._min_rate - elapsed
+            if allowed <= 0:
+                raise RemoteError(
+                    f"too slow: {self.done} of {total} bytes in {elapsed:.1f} s (slower than "
+                    f"--remote_min_rate={_size(self._min_rate)}/s)"
+                )
+        if self._conn.sock is not None:
+            self._conn.sock.settimeout(min(self._timeout, allowed))
+
+    def moved(self, count: int) -> None:
+        self.done += count
+
+    def reader(self, response: http.client.HTTPResponse, total: int) -> Callable[[memoryview], int]:
+        """response.readinto, paced: RemoteError once it falls behind."""
+
+        def readinto(view: memoryview) -> int:
+            # read1: at most one read of the socket, so the pace is checked before each
+            # (readinto fills the whole buffer, however many reads that takes).
+            self.waiting(total)
+            try:
+                data = response.read1(len(view))
+            except TimeoutError:
+                self.waiting(total)  # past the pace: says so
+                raise
+            count = len(data)
+            view[:count] = data
+            self.moved(count)
+            if response.length == 0:
+                response.read()  # marks the response done: its connection can serve again
+            return count
+
+        return readinto
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if count >= scale and count % scale == 0:
+            return f"{count // scale}{unit}"
+    return str(count)
 
 
 def _drain(response: http.client.HTTPResponse) -> None:
@@ -317,26 +404,30 @@ def _status_error(response: http.client.HTTPResponse) -> RemoteError:
     return RemoteError(f"HTTP {response.status} {response.reason}".rstrip())
 
 
-def _read_entry(response: http.client.HTTPResponse) -> bytes | None:
+def _read_entry(response: http.client.HTTPResponse, pace: _Pace) -> bytes | None:
     if response.status in _MISS:
         _drain(response)
         return None
     if response.status != 200:
         raise _status_error(response)
-    data = response.read(_MAX_ACTION_RESULT + 1)
-    if len(data) > _MAX_ACTION_RESULT:
+    buffer = bytearray(_MAX_ACTION_RESULT + 1)
+    view, size = memoryview(buffer), 0
+    readinto = pace.reader(response, int(response.getheader("Content-Length") or 1 << 16))
+    while size <= _MAX_ACTION_RESULT and (n := readinto(view[size : size + (1 << 20)])):
+        size += n
+    if size > _MAX_ACTION_RESULT:
         raise RemoteError(f"action cache entry larger than {_MAX_ACTION_RESULT} bytes")
-    return data
+    return bytes(view[:size])
 
 
-def _check_put(response: http.client.HTTPResponse) -> None:
+def _check_put(response: http.client.HTTPResponse, pace: _Pace) -> None:
     if response.status not in _PUT_OK:
         raise _status_error(response)
     _drain(response)
 
 
-def _has(digest: Digest) -> Callable[[http.client.HTTPResponse], bool]:
-    def receive(response: http.client.HTTPResponse) -> bool:
+def _has(digest: Digest) -> Callable[[http.client.HTTPResponse, _Pace], bool]:
+    def receive(response: http.client.HTTPResponse, pace: _Pace) -> bool:
         response.read()  # no body after HEAD: this marks the response done
         if response.status == 404:
             return False
@@ -349,8 +440,8 @@ def _has(digest: Digest) -> Callable[[http.client.HTTPResponse], bool]:
 
 def _store(
     digest: Digest, cas: ContentStore, executable: bool
-) -> Callable[[http.client.HTTPResponse], None]:
-    def receive(response: http.client.HTTPResponse) -> None:
+) -> Callable[[http.client.HTTPResponse, _Pace], None]:
+    def receive(response: http.client.HTTPResponse, pace: _Pace) -> None:
         if response.status in _MISS:
             _drain(response)
             raise BlobMismatch(f"blob {digest} is missing on the remote cache")
@@ -360,7 +451,7 @@ def _store(
         if length is not None and length != str(digest.size):
             # Not read at all: the connection is closed rather than drained.
             raise BlobMismatch(f"{length} bytes where its digest {digest} says {digest.size}")
-        cas.put_stream(digest, response.readinto, executable)
+        cas.put_stream(digest, pace.reader(response, digest.size), executable)
 
     return receive
 

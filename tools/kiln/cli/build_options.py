@@ -43,6 +43,7 @@ def remote_cache_client(options: BuildOptions) -> RemoteCache | None:
             headers=headers,
             timeout=options.remote_timeout,
             instance_name=options.remote_instance_name,
+            min_rate=parse_size(options.remote_min_rate),
         )
     except ValueError as e:
         raise KilnError(
@@ -76,6 +77,7 @@ class BuildOptions:
     remote_accept_cached: bool = True
     remote_header: tuple[str, ...] = ()
     remote_timeout: float = 60.0
+    remote_min_rate: str = "1M"
     remote_instance_name: str = ""
     remote_executor: str | None = None
     spawn_strategy: str | None = None
@@ -295,7 +297,16 @@ def build_options(function: Callable[..., Any]) -> Callable[..., Any]:
             type=click.FloatRange(min=0, min_open=True),
             default=60.0,
             show_default=True,
-            help="Seconds to wait for the remote cache before building without it",
+            help="Seconds any wait for the remote cache may take (connecting, a response, "
+            "the next bytes) before building without it",
+        ),
+        click.option(
+            "--remote_min_rate",
+            default="1M",
+            show_default=True,
+            metavar="SIZE",
+            help="Bytes per second a transfer must keep up with, after min(--remote_timeout, "
+            "10 s) of grace (e.g. 256K)",
         ),
         click.option(
             "--remote_executor",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
 from collections.abc import Iterable
 from pathlib import Path
@@ -92,6 +93,22 @@ def modified_inputs(
 
 def is_generated(path: str) -> bool:
     return path.startswith(GENERATED_ROOT + "/")
+
+
+_NEARLY_FULL = 64 << 20  # free bytes below which a failed action's disk is reported full
+_disk_usage = shutil.disk_usage  # a seam for tests
+
+
+def full_disk_note(root: Path) -> str:
+    """For a failed action: '' or a note that the disk holding its execroot is (nearly)
+    full, which an action rarely says clearly (its tool exits 1, perhaps printing nothing)."""
+    try:
+        free = _disk_usage(root).free
+    except OSError:
+        return ""
+    if free >= _NEARLY_FULL:
+        return ""
+    return f" (the disk holding its execroot {root} is full: {free // 1024} KiB free)"
 
 
 def read_text(path: Path, limit: int = 64 * 1024) -> str:

@@ -408,7 +408,8 @@ class Executor:
                 return _Done(None, lane, Failure("interrupted"))
             text = files.read_text(stdout) + files.read_text(stderr)
             if not run.succeeded:
-                return _Done(run.source, lane, Failure(run.failure_message, text))
+                message = run.failure_message + files.full_disk_note(root)
+                return _Done(run.source, lane, Failure(message, text))
             if claim is not None and not claim():
                 return _Done(None, lane, Failure("the remote run finished first"))
             missing = files.missing_outputs(root, action)

@@ -13,9 +13,12 @@ What Bazel's RemoteSpawnCache does, over cache/remote.py:
             (ContentStore.check): nothing is uploaded for a result whose blob
             is damaged or gone.
 
-A remote never fails a build. One that is down, slow, refusing (401) or
-answering 5xx gets one warning for the whole build and is not asked again
-until the next build. An entry kiln cannot use, or a blob that does not
+A remote never fails a build. One that is down, slow (--remote_timeout,
+--remote_min_rate: remote.py), refusing (401) or answering 5xx gets one
+warning for the whole build and is not asked again until the next build. A
+result whose blobs (by the sizes the remote claims) would not fit what the
+disk cache's file system can spare is not downloaded: a warning, and the
+action runs here. An entry kiln cannot use, or a blob that does not
 match its digest (tampered, truncated, missing), gets a warning naming the
 action, which then runs locally; its result overwrites the bad one.
 """
@@ -29,7 +32,7 @@ from typing import Literal
 
 from kiln.action_graph import Action
 from kiln.cache.action_cache import ActionCache, ActionResult
-from kiln.cache.cas import BlobMismatch, ContentStore
+from kiln.cache.cas import BlobMismatch, ContentStore, NoRoom
 from kiln.cache.digest import Digest
 from kiln.cache.remote import RemoteCache, RemoteError
 
@@ -83,6 +86,9 @@ class RemoteSpawnCache:
                 "building locally"
             )
             return None, "miss"
+        except NoRoom as e:
+            self._warn(f"{action.describe()}: not downloaded: {e.message}; building locally")
+            return None, "miss"
         except RemoteError as e:
             self._fail(e)
             return None, ""
@@ -114,15 +120,17 @@ class RemoteSpawnCache:
 
     def _fetch_blobs(self, result: ActionResult) -> None:
         wanted = [(d, x) for d, x in dict.fromkeys(result.digests()) if not self.cas.intact(d, x)]
-        downloads = []
+        downloads: list[tuple[Digest, bool]] = []
         for digest, executable in wanted:
             if self.cas.intact(digest, not executable):  # the other variant: a local copy
                 self.cas.put_file(self.cas.path(digest, not executable), digest, executable)
             else:
-                downloads.append(
-                    functools.partial(self.remote.download, digest, self.cas, executable)
-                )
-        self.remote.transfer_many(downloads)
+                downloads.append((digest, executable))
+        # The sizes are the remote's claims: they must fit what the disk can spare first.
+        self.cas.check_room(sum(d.size for d, _ in downloads), "the remote cache's result")
+        self.remote.transfer_many(
+            [functools.partial(self.remote.download, d, self.cas, x) for d, x in downloads]
+        )
 
     def _fail(self, error: RemoteError) -> None:
         with self._lock:
