@@ -68,7 +68,8 @@ class Sandbox:
         self._lifeline = lifeline
         self.python = python
         self.config = config
-        self._lock = threading.Lock()  # writes to the server, and the tables below
+        self._lock = threading.Lock()  # the tables below (the reader thread takes it briefly)
+        self._write_lock = threading.Lock()  # one frame to the server at a time
         self._pending: dict[int, _Pending] = {}
         self._next = 0
         self._cancelled = False
@@ -131,21 +132,23 @@ class Sandbox:
             self._next += 1
             ident = self._next
             self._pending[ident] = pending
-            message: dict[str, Any] = {
-                "op": "spawn",
-                "id": ident,
-                "argv": list(argv),
-                "env": dict(env),
-                "cwd": str(cwd),
-                "stdout": str(stdout),
-                "stderr": str(stderr),
-                "binds": [b.to_json() for b in binds],
-            }
-            try:
-                write_frame(self._requests, message)
-            except OSError:
-                pending.error = "the sandbox server is gone"
-                pending.event.set()
+        message: dict[str, Any] = {
+            "op": "spawn",
+            "id": ident,
+            "argv": list(argv),
+            "env": dict(env),
+            "cwd": str(cwd),
+            "stdout": str(stdout),
+            "stderr": str(stderr),
+            "binds": [b.to_json() for b in binds],
+        }
+        try:
+            self._write(message)
+        except OSError:
+            pending.error = "the sandbox server is gone"
+            pending.event.set()
+        if self._cancelled:  # Ctrl-C came while it was being sent: it goes too
+            self._kill(ident)
         try:
             deadline = None if timeout is None else start + timeout
             while not pending.event.wait(None if deadline is None else deadline - time.monotonic()):
@@ -198,6 +201,7 @@ class Sandbox:
             if self._closed:
                 return
             self._closed = True
+        with self._write_lock:
             os.close(self._requests)  # its end of file: the server exits
         try:
             self._process.wait(timeout=5)
@@ -208,11 +212,14 @@ class Sandbox:
         os.close(self._lifeline)
 
     def _kill(self, ident: int) -> None:
-        with self._lock:
+        with contextlib.suppress(OSError):  # the server is gone: so is the command
+            self._write({"op": "kill", "id": ident})
+
+    def _write(self, message: dict[str, Any]) -> None:
+        with self._write_lock:
             if self._closed:
-                return
-            with contextlib.suppress(OSError):  # the server is gone: so is the command
-                write_frame(self._requests, {"op": "kill", "id": ident})
+                raise OSError("the sandbox is closed")
+            write_frame(self._requests, message)
 
     def _read(self) -> None:
         try:
