@@ -7,7 +7,11 @@ each reading its own source and the same-named genrule of the previous
 package. Every kiln run is a fresh process of `.venv/bin/kiln` from the
 workspace root, with HOME and XDG_CACHE_HOME in a temporary directory.
 
-    full build     kiln build //... --jobs=2, empty cache (context, not a goal)
+    full build     kiln build //... --jobs=2, empty cache (context, not a goal); the
+                   sandbox's cost: the same with --nosandbox, alternated, and the
+                   difference per action
+    worker actions 300 trivial Python actions through one persistent worker, in a
+                   sandbox (its view remade per action) and not: the cost per action
     no-op          kiln build //... again: goal <= 0.4 s; beside `python -c pass`
                    and `kiln query //...` (loading alone)
     one change     edit the source of a genrule nothing depends on: only its action
@@ -94,17 +98,76 @@ def main(argv: list[str] | None = None) -> int:
         generate(root)
         env = dict(os.environ, HOME=str(tmp), XDG_CACHE_HOME=str(tmp / "cache"))
         print(f"{PACKAGES * RULES} genrules; median of {args.runs} runs, fresh processes\n")
-        full = run([KILN, "build", "--jobs=2", *GENRULES], root, env)
-        print(f"{'full build (--jobs=2, empty cache)':<34} {full:8.2f} s\n")
+        full_builds(root, env, tmp, max(1, args.runs // 2))
+        run([KILN, "build", *GENRULES], root, env)  # fills the default cache the rest use
         noop_and_change(root, env, tmp / "events.json", args.runs)
         gib_hit(root, env, tmp, max(3, args.runs // 2))
         digest_speed(tmp, env)
+        worker_actions(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
 GENRULES = ["--", "//...", "-//big/..."]  # Bazel's way to subtract a pattern
+
+
+def full_builds(root: Path, env: dict[str, str], tmp: Path, runs: int) -> None:
+    """Full builds from an empty cache, sandboxed and --nosandbox by turns."""
+    times: dict[str, list[float]] = {"--sandbox": [], "--nosandbox": []}
+    for i in range(runs):
+        for flag, measured in times.items():
+            shutil.rmtree(root / "kiln-out", ignore_errors=True)
+            cache = tmp / f"cache-{flag}-{i}"
+            measured.append(
+                run(
+                    [KILN, "build", "--jobs=2", flag, f"--disk_cache={cache}", *GENRULES], root, env
+                )
+            )
+    sandboxed, plain = (statistics.median(v) for v in times.values())
+    row("full build (--jobs=2, empty cache)", times["--sandbox"], "", "sandboxed")
+    row("full build --nosandbox", times["--nosandbox"], "", "baseline")
+    extra = (sandboxed - plain) / (PACKAGES * RULES) * 1000
+    print(f"{'sandbox: per action, wall':<34} {extra:8.2f} ms  ({extra * 2:.2f} ms of a core)\n")
+
+
+def worker_actions(tmp: Path, count: int = 300) -> None:
+    """Trivial Python actions through one persistent worker: the sandbox's rebinding."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from kiln.sandbox.client import Sandbox
+    from kiln.sandbox.view import SandboxConfig, action_binds, toolchain_dirs
+    from kiln.workers import WorkerPool, WorkRequest
+
+    execroot = tmp / "worker-execroot"
+    (execroot / ".tmp").mkdir(parents=True)
+    (tmp / "act.py").write_text("print('ok')\n")
+    (execroot / "act.py").symlink_to(tmp / "act.py")
+    binds = [b.to_json() for b in action_binds(execroot, ["act.py"])]
+    config = SandboxConfig(toolchain_dirs([tmp]), (), str(tmp / "sandbox"))
+    sandbox = Sandbox.start(sys.executable, config)
+    medians = {}
+    try:
+        for name, launcher in (("sandboxed", sandbox.worker_argv), ("plain", None)):
+            pool = WorkerPool(sys.executable, 1, preload=(), launcher=launcher)
+            seconds = []
+            for _ in range(count):
+                request = WorkRequest(
+                    (sys.executable, "-m", "act"),
+                    {"PATH": "/usr/bin:/bin"},
+                    str(execroot),
+                    str(execroot / ".tmp/out"),
+                    str(execroot / ".tmp/err"),
+                    sandbox=binds if launcher else None,
+                )
+                start = time.perf_counter()
+                assert pool.run(request).exit_code == 0
+                seconds.append(time.perf_counter() - start)
+            pool.shutdown()
+            medians[name] = seconds[10:]  # the worker's start aside
+    finally:
+        sandbox.close()
+    row("worker action, sandboxed", medians["sandboxed"], "")
+    row("worker action, no sandbox", medians["plain"], "", "baseline")
 
 
 def noop_and_change(root: Path, env: dict[str, str], events: Path, runs: int) -> None:
