@@ -48,6 +48,7 @@ def sandbox(layout: Layout) -> Iterator[Sandbox]:
         toolchain=toolchain_dirs([layout.workspace, layout.base]),
         binds=(Bind(str(layout.shared), "/tmp/shared", writable=True),),
         staging=str(layout.base / "sandbox"),
+        scratch=(str(layout.workspace), str(layout.base / "execroot")),
     )
     try:
         started = Sandbox.start(sys.executable, config)

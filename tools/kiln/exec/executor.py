@@ -149,6 +149,7 @@ class Executor:
         self.sandboxing = Sandboxing(
             self.options.sandbox,
             self.options.python,
+            workspace=self.workspace_root,
             hidden=(self.workspace_root, self.output_base.root, self.cas.root),
             output_base=self.output_base,
             disk_cache=DiskCache(self.cas.root),

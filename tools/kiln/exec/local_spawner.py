@@ -4,7 +4,7 @@ Each child gets its own process group, so Ctrl-C and timeouts can stop the
 action with everything it started, and kiln's own signal handling is not
 disturbed by the child's. A Python action's symbolic interpreter is this
 build's (`python`, given at construction). With a sandbox (kiln.sandbox), the
-sandbox server starts the command instead, in a view of its execroot, its
+sandbox host starts the command instead, in a view of its execroot, its
 inputs (read-only) and the toolchain; timeouts and Ctrl-C work the same.
 """
 

@@ -1,8 +1,9 @@
 """Whether this build's actions run in a sandbox (kiln.sandbox), decided once per build.
 
-On Linux, with `--sandbox` (the default), the first action to run starts the
-sandbox server; every local command then runs in a sandbox of its own and
-every persistent worker in one whose view each action remakes. Where the
+On Linux, with `--sandbox` (the default), the first action to run starts a
+sandbox host (kiln.sandbox.host); every local command then runs in a host's
+sandbox, its view remade for it, and every persistent worker in a sandbox
+whose view each of its actions remakes. Where the
 kernel will not make user and mount namespaces (not Linux; a container
 without them; kernel.unprivileged_userns_clone=0; an AppArmor policy that
 restricts them), actions run as they would with --nosandbox, after one
@@ -40,6 +41,7 @@ class Sandboxing:
         self,
         enabled: bool,
         python: str,
+        workspace: Path,
         hidden: Sequence[Path],
         output_base: OutputBase,
         disk_cache: DiskCache,
@@ -47,6 +49,7 @@ class Sandboxing:
     ) -> None:
         self.enabled = enabled
         self._python = python
+        self._workspace = workspace
         self._hidden = tuple(hidden)
         self._output_base = output_base
         self._disk_cache = disk_cache
@@ -95,6 +98,7 @@ class Sandboxing:
             toolchain=toolchain_dirs(self._hidden),
             binds=(Bind(str(torch_tmp), SANDBOXED_TORCH_TMP, writable=True),),
             staging=str(self._output_base.sandbox),
+            scratch=(str(self._workspace), str(self._output_base.execroot)),
         )
         try:
             return Sandbox.start(self._python, config)

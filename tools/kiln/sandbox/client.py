@@ -1,16 +1,17 @@
-"""kiln's side of the sandbox: start the server, run commands in it, stop it.
+"""kiln's side of the sandbox: sandbox hosts (host.py) that run commands, workers in them.
 
     sandbox = Sandbox.start(python, config)    # SandboxUnavailable if namespaces are not
     run = sandbox.run(argv, env, cwd, stdout, stderr, binds, timeout)
-    sandbox.worker_launcher()                  # the argv prefix that starts a worker in one
+    sandbox.worker_argv(...)                   # the command that starts a worker in one
     sandbox.close()
 
-run() is thread-safe: each call sends a spawn request and waits for its
-replies, which a reader thread hands out by request id. A timeout or
-cancel_all() asks the server to kill the command's process group; the
-server alone reaps, so it never signals a pid that was reused. The server
-holds a lifeline pipe kiln never writes (as workers do): at its end it kills
-what runs and exits.
+A host runs one command at a time, so run() takes an idle one, or starts
+another (about 50 ms, once per command running at once: --jobs of them at
+most); start() starts the first, which is how kiln learns whether the kernel
+makes the namespaces. run() is thread-safe. A timeout or cancel_all() asks
+the host to kill the command's process group; the host alone reaps, so it
+never signals a pid that was reused. Each host holds a lifeline pipe kiln
+never writes (as workers do): at its end it kills what runs and exits.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,8 +31,6 @@ from typing import Any
 from kiln.errors import KilnError
 from kiln.sandbox.view import Bind, SandboxConfig
 from kiln.workers.protocol import ProtocolError, read_frame, write_frame
-
-_START_TIMEOUT_S = 20.0
 
 
 class SandboxUnavailable(KilnError):
@@ -44,75 +44,21 @@ class SandboxRun:
     message: str = ""  # why it never started, or "timed out after 5 s", "interrupted"
 
 
-class _Pending:
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.pid: int | None = None
-        self.status: int | None = None
-        self.error = ""
-
-
 class Sandbox:
-    def __init__(
-        self,
-        process: subprocess.Popen[bytes],
-        requests: int,
-        responses: int,
-        lifeline: int,
-        python: str,
-        config: SandboxConfig,
-    ) -> None:
-        self._process = process
-        self._requests = requests
-        self._responses = responses
-        self._lifeline = lifeline
+    def __init__(self, python: str, config: SandboxConfig, first: _Host) -> None:
         self.python = python
         self.config = config
-        self._lock = threading.Lock()  # the tables below (the reader thread takes it briefly)
-        self._write_lock = threading.Lock()  # one frame to the server at a time
-        self._pending: dict[int, _Pending] = {}
-        self._next = 0
+        self._lock = threading.Lock()
+        self._idle = [first]
+        self._all = [first]
         self._cancelled = False
         self._closed = False
-        self._reader = threading.Thread(target=self._read, name="kiln-sandbox", daemon=True)
-        self._reader.start()
 
     @staticmethod
     def start(python: str, config: SandboxConfig) -> Sandbox:
-        """Start the server; SandboxUnavailable (with the kernel's reason) if it cannot make
-        its namespaces."""
-        request_r, request_w = os.pipe()
-        response_r, response_w = os.pipe()
-        lifeline_r, lifeline_w = os.pipe()
-        argv = [python, "-m", "kiln.sandbox.server", "--request-fd", str(request_r)]
-        argv += ["--response-fd", str(response_w), "--lifeline-fd", str(lifeline_r)]
-        argv += ["--config", json.dumps(config.to_json())]
-        try:
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                cwd="/",
-                pass_fds=(request_r, response_w, lifeline_r),
-                start_new_session=True,
-            )
-        except OSError as error:
-            for fd in (request_w, response_r, lifeline_w):
-                os.close(fd)
-            raise SandboxUnavailable(f"cannot start the sandbox server: {error}") from None
-        finally:
-            for fd in (request_r, response_w, lifeline_r):
-                os.close(fd)
-        try:
-            hello = read_frame(response_r)
-        except ProtocolError as error:
-            hello = {"error": str(error)}
-        if not hello or not hello.get("ready"):
-            process.wait()
-            for fd in (request_w, response_r, lifeline_w):
-                os.close(fd)
-            reason = (hello or {}).get("error") or f"the server exited with {process.returncode}"
-            raise SandboxUnavailable(str(reason))
-        return Sandbox(process, request_w, response_r, lifeline_w, python, config)
+        """Start the first host; SandboxUnavailable (with the kernel's reason) if it cannot
+        make its namespaces."""
+        return Sandbox(python, config, _Host.start(python, config))
 
     def run(
         self,
@@ -125,16 +71,14 @@ class Sandbox:
         timeout: float | None,
     ) -> SandboxRun:
         start = time.monotonic()
-        pending = _Pending()
-        with self._lock:
-            if self._cancelled or self._closed:
-                return SandboxRun(-9, 0.0, "interrupted")
-            self._next += 1
-            ident = self._next
-            self._pending[ident] = pending
+        try:
+            host = self._acquire()
+        except SandboxUnavailable as unavailable:  # a later host failed where the first did not
+            return SandboxRun(127, 0.0, f"cannot start a sandbox: {unavailable.message}")
+        if host is None:
+            return SandboxRun(-9, 0.0, "interrupted")
         message: dict[str, Any] = {
             "op": "spawn",
-            "id": ident,
             "argv": list(argv),
             "env": dict(env),
             "cwd": str(cwd),
@@ -142,47 +86,29 @@ class Sandbox:
             "stderr": str(stderr),
             "binds": [b.to_json() for b in binds],
         }
+        healthy = False
         try:
-            self._write(message)
-        except OSError:
-            pending.error = "the sandbox server is gone"
-            pending.event.set()
-        if self._cancelled:  # Ctrl-C came while it was being sent: it goes too
-            self._kill(ident)
-        try:
-            deadline = None if timeout is None else start + timeout
-            while not pending.event.wait(None if deadline is None else deadline - time.monotonic()):
-                self._kill(ident)
-                pending.event.wait()
-                return SandboxRun(-9, time.monotonic() - start, f"timed out after {timeout:g} s")
+            status, error = host.run(message, timeout, lambda: self._cancelled)
+            healthy = error != _DIED
         finally:
-            with self._lock:
-                self._pending.pop(ident, None)
+            self._release(host, healthy)
         seconds = time.monotonic() - start
-        if pending.error:
-            return SandboxRun(127, seconds, pending.error)
-        assert pending.status is not None
-        if self._cancelled and pending.status < 0:
-            return SandboxRun(pending.status, seconds, "interrupted")
-        return SandboxRun(pending.status, seconds)
+        if error == _TIMED_OUT:
+            return SandboxRun(-9, seconds, f"timed out after {timeout:g} s")
+        if error:
+            return SandboxRun(127, seconds, error)
+        assert status is not None
+        if self._cancelled and status < 0:
+            return SandboxRun(status, seconds, "interrupted")
+        return SandboxRun(status, seconds)
 
     def worker_argv(
         self, worker: Sequence[str], request_fd: int, response_fd: int, lifeline_fd: int
     ) -> list[str]:
-        """The command that starts `worker` (kiln.workers.main, on these descriptors) inside
-        a sandbox of its own, whose view each request's binds remake (host.py)."""
+        """The command that starts `worker` (kiln.workers.main, on these descriptors) in a
+        sandbox host of its own, which remakes its view for each request (host.py)."""
         return [
-            self.python,
-            "-m",
-            "kiln.sandbox.host",
-            "--request-fd",
-            str(request_fd),
-            "--response-fd",
-            str(response_fd),
-            "--lifeline-fd",
-            str(lifeline_fd),
-            "--config",
-            json.dumps(self.config.to_json()),
+            *_host_argv(self.python, self.config, request_fd, response_fd, lifeline_fd),
             "--",
             *worker,
         ]
@@ -191,56 +117,171 @@ class Sandbox:
         """Ctrl-C: kill every command that runs; later run() calls return at once."""
         with self._lock:
             self._cancelled = True
-            running = list(self._pending)
-        for ident in running:
-            self._kill(ident)
+            hosts = list(self._all)
+        for host in hosts:
+            host.kill_running()
 
     def close(self) -> None:
-        """Stop the server (it kills what still runs). Idempotent."""
+        """Stop every host (each kills what still runs). Idempotent."""
         with self._lock:
+            self._closed = True
+            hosts, self._all, self._idle = self._all, [], []
+        for host in hosts:
+            host.close()
+
+    def _acquire(self) -> _Host | None:
+        with self._lock:
+            if self._cancelled or self._closed:
+                return None
+            if self._idle:
+                return self._idle.pop()
+        host = _Host.start(self.python, self.config)
+        with self._lock:
+            self._all.append(host)
+        return host
+
+    def _release(self, host: _Host, healthy: bool) -> None:
+        with self._lock:
+            if healthy and not self._closed:
+                self._idle.append(host)
+                return
+            if host in self._all:
+                self._all.remove(host)
+        host.close()
+
+
+_DIED = "the sandbox host died"
+_TIMED_OUT = "timed out"
+
+
+class _Host:
+    """One host process running commands, one at a time."""
+
+    def __init__(
+        self, process: subprocess.Popen[bytes], requests: int, responses: int, lifeline: int
+    ) -> None:
+        self._process = process
+        self._requests = requests
+        self._responses = responses
+        self._lifeline = lifeline
+        self._next = 0
+        self._running: int | None = None  # the request id of the command that runs
+        self._kill_lock = threading.Lock()  # kill requests come from other threads
+        self._write_lock = threading.Lock()  # one frame at a time on the request pipe
+        self._closed = False
+
+    @staticmethod
+    def start(python: str, config: SandboxConfig) -> _Host:
+        request_r, request_w = os.pipe()
+        response_r, response_w = os.pipe()
+        lifeline_r, lifeline_w = os.pipe()
+        argv = _host_argv(python, config, request_r, response_w, lifeline_r)
+        try:
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                cwd="/",
+                pass_fds=(request_r, response_w, lifeline_r),
+                start_new_session=True,
+            )
+        except OSError as error:
+            for fd in (request_w, response_r, lifeline_w):
+                os.close(fd)
+            raise SandboxUnavailable(f"cannot start a sandbox host: {error}") from None
+        finally:
+            for fd in (request_r, response_w, lifeline_r):
+                os.close(fd)
+        try:
+            hello = read_frame(response_r)
+        except ProtocolError as error:
+            hello = {"error": str(error)}
+        if not hello or not hello.get("ready"):
+            process.wait()
+            for fd in (request_w, response_r, lifeline_w):
+                os.close(fd)
+            reason = (hello or {}).get("error") or f"the host exited with {process.returncode}"
+            raise SandboxUnavailable(str(reason))
+        return _Host(process, request_w, response_r, lifeline_w)
+
+    def run(
+        self, message: dict[str, Any], timeout: float | None, cancelled: Callable[[], bool]
+    ) -> tuple[int | None, str]:
+        """Run one command: (its status, '') or (None, why it did not run or end)."""
+        self._next += 1
+        ident = self._next
+        try:
+            self._send({**message, "id": ident})
+            reply = read_frame(self._responses)
+            if reply is None:
+                return None, _DIED
+            if "error" in reply:
+                return None, str(reply["error"])
+            with self._kill_lock:
+                self._running = ident
+            if cancelled():  # Ctrl-C came while it started: it goes too
+                self.kill_running()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            reply = self._next_reply(deadline)
+            if reply is None:  # past the deadline
+                self.kill_running()
+                reply = self._next_reply(None)
+                return None, _TIMED_OUT if reply is not None else _DIED
+            return int(reply["status"]), ""
+        except (OSError, ProtocolError, KeyError, ValueError):
+            return None, _DIED
+        finally:
+            with self._kill_lock:
+                self._running = None
+
+    def kill_running(self) -> None:
+        with self._kill_lock:
+            if self._running is not None and not self._closed:
+                with contextlib.suppress(OSError):  # the host is gone: so is the command
+                    self._send({"op": "kill", "id": self._running})
+
+    def close(self) -> None:
+        with self._kill_lock, self._write_lock:
             if self._closed:
                 return
             self._closed = True
-        with self._write_lock:
-            os.close(self._requests)  # its end of file: the server exits
+            os.close(self._requests)  # its end of file: the host exits
         try:
             self._process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
-        self._reader.join(timeout=5)
+        os.close(self._responses)
         os.close(self._lifeline)
 
-    def _kill(self, ident: int) -> None:
-        with contextlib.suppress(OSError):  # the server is gone: so is the command
-            self._write({"op": "kill", "id": ident})
-
-    def _write(self, message: dict[str, Any]) -> None:
-        with self._write_lock:
-            if self._closed:
-                raise OSError("the sandbox is closed")
+    def _send(self, message: dict[str, Any]) -> None:
+        with self._write_lock:  # a kill from another thread never lands inside a frame
             write_frame(self._requests, message)
 
-    def _read(self) -> None:
-        try:
-            while (message := read_frame(self._responses)) is not None:
-                with self._lock:
-                    pending = self._pending.get(int(message.get("id", -1)))
-                if pending is None:
-                    continue
-                if "pid" in message:
-                    pending.pid = int(message["pid"])
-                    continue
-                pending.error = str(message.get("error", ""))
-                if "status" in message:
-                    pending.status = int(message["status"])
-                pending.event.set()
-        except (OSError, ProtocolError):
-            pass
-        finally:
-            os.close(self._responses)
-            with self._lock:  # the server is gone: nothing will answer
-                for pending in self._pending.values():
-                    if not pending.event.is_set():
-                        pending.error = pending.error or "the sandbox server died"
-                        pending.event.set()
+    def _next_reply(self, deadline: float | None) -> dict[str, Any] | None:
+        """The next frame ({"status": ...}); None past the deadline (or at the host's end
+        of file)."""
+        if deadline is not None:
+            remaining = max(0.0, deadline - time.monotonic())
+            poller = select.poll()
+            poller.register(self._responses, select.POLLIN)
+            if not poller.poll(int(remaining * 1000) + 1):
+                return None
+        return read_frame(self._responses)
+
+
+def _host_argv(
+    python: str, config: SandboxConfig, request_fd: int, response_fd: int, lifeline_fd: int
+) -> list[str]:
+    return [
+        python,
+        "-m",
+        "kiln.sandbox.host",
+        "--request-fd",
+        str(request_fd),
+        "--response-fd",
+        str(response_fd),
+        "--lifeline-fd",
+        str(lifeline_fd),
+        "--config",
+        json.dumps(config.to_json()),
+    ]

@@ -1,29 +1,40 @@
-"""A persistent worker's sandbox: `python -m kiln.sandbox.host --request-fd R
---response-fd W --lifeline-fd L --config JSON -- python -m kiln.workers.main
---request-fd R --response-fd W ...`.
+"""A sandbox host: one long-lived sandbox whose view it remakes for each action.
 
-A worker keeps torch imported between actions, and a process with threads
-can enter no other mount namespace (the kernel refuses unshare and setns of
-one to it). So the worker lives in one sandbox whose view is rebound for each
-action, and this host makes the rebinding, from outside the worker:
+    python -m kiln.sandbox.host --request-fd R --response-fd W --lifeline-fd L --config JSON
+        runs commands, one at a time (client.py keeps one host per command running at once)
+    ... -- python -m kiln.workers.main --request-fd R --response-fd W ...
+        runs a persistent worker, and remakes its view before each of its requests
 
-    host:    enters a user and mount namespace, builds the root (rootfs.build_base),
-             makes it the root while keeping the host's reachable through one
-             descriptor only it holds (rootfs.enter_keeping_host), and forks the
-             worker, which execs with its request descriptor R on a pipe from the host.
-    request: the pool's frame (kiln.workers.protocol) may carry "sandbox": the
-             action's binds. The host undoes the previous action's mounts, makes this
-             one's (a fresh /tmp, the execroot, the inputs read-only: rootfs.rebind)
-             and forwards the frame without that key; the worker answers the pool
-             directly on its response descriptor. An action's view is made only
-             while the worker is idle: the pool sends one request at a time.
+At start the host becomes root of a user namespace with a mount namespace of
+its own, builds the root (rootfs.build_base) and makes it its root, keeping
+the host's file system reachable through one descriptor only it holds
+(rootfs.enter_keeping_host). Then, for each action, while nothing runs in the
+sandbox, it undoes the previous action's part and makes this one's: a fresh
+/tmp, the execroot, the inputs read-only (rootfs.rebind).
 
-The worker and what its actions start stay in the host's process group, which
-the pool kills on a timeout. At the end of the pool's requests the host closes
-the worker's; when the worker ends, or the lifeline does (kiln is gone), the
-host kills its group and exits, so nothing of it outlives kiln. If the
-namespace cannot be made, the host exits 3 at once, before any frame: the pool
-reports that the worker failed to start.
+Why not a fresh namespace per action: forking a Python process costs over a
+millisecond on the build machines, and a process with threads (a worker,
+torch imported) can enter no other mount namespace at all. A view remade in
+place costs a few mounts, and a command starts with posix_spawn (vfork).
+
+Commands, on the host's own pipes (frames of kiln.workers.protocol):
+
+    host -> kiln, once:   {"ready": true}  or  {"error": "unshare: Operation not permitted"}
+    kiln -> host:         {"op": "spawn", "id": 7, "argv": [...], "env": {...}, "cwd": "...",
+                           "stdout": "...", "stderr": "...", "binds": [[src, dst, rw], ...]}
+                          {"op": "kill", "id": 7}
+    host -> kiln:         {"id": 7, "pid": 1234}               started, in a session of its own
+                          {"id": 7, "status": 0}                ended (-N: killed by signal N)
+                          {"id": 7, "error": "cannot run x: ..."}   never started
+
+A command runs in a session of its own; when it ends, what it left running
+in its process group is killed, as a kill request kills the group. A worker:
+the pool's request frames pass through the host, which takes out their
+"sandbox" key (the action's binds) and forwards them on a pipe of its own;
+the worker answers the pool directly. The worker and what its actions start
+stay in the host's process group, which the pool kills on a timeout. At the
+end of its requests, or of the lifeline (kiln is gone, kill -9 included), a
+host kills what runs and exits, so nothing of it outlives kiln.
 """
 
 from __future__ import annotations
@@ -33,20 +44,24 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from kiln.sandbox import linux, rootfs
 from kiln.sandbox.view import Bind, SandboxConfig
 from kiln.workers.protocol import ProtocolError, read_frame, write_frame
 
-_HIDDEN = "/.kiln-host"  # where the host's root sits, covered, in the worker's view
+_HIDDEN = "/.kiln-host"  # where the host's root sits, covered, in the sandbox's view
+# Python ignores SIGPIPE; a command gets the defaults a shell's child gets.
+_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    split = args.index("--")
+    split = args.index("--") if "--" in args else len(args)
     parser = argparse.ArgumentParser(prog="python -m kiln.sandbox.host")
     parser.add_argument("--request-fd", type=int, required=True)
     parser.add_argument("--response-fd", type=int, required=True)
@@ -55,7 +70,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(args[:split])
     worker = args[split + 1 :]
     config = SandboxConfig.from_json(json.loads(options.config))
-    requests = options.request_fd
     try:
         linux.enter_user_namespace()
         os.makedirs(config.staging, exist_ok=True)
@@ -63,13 +77,134 @@ def main(argv: Sequence[str] | None = None) -> int:
         host = rootfs.enter_keeping_host(config.staging, _HIDDEN)
         made = rootfs.rebind(config, rootfs.Made(), [], host)  # a /tmp before the first action
     except OSError as error:
-        print(f"kiln sandbox: {error.strerror or error}", file=sys.stderr)
+        reason = error.strerror or str(error)
+        if worker:
+            print(f"kiln sandbox: {reason}", file=sys.stderr)
+        else:
+            write_frame(options.response_fd, {"error": reason})
         return 3
+    view = _View(config, host, made)
+    if worker:
+        return _serve_worker(view, options, worker)
+    for fd in (options.request_fd, options.response_fd, options.lifeline_fd):
+        os.set_inheritable(fd, False)  # never into a command
+    write_frame(options.response_fd, {"ready": True})
+    return _Commands(view, options.request_fd, options.response_fd, options.lifeline_fd).serve()
+
+
+class _View:
+    """The sandbox's root as this host keeps it, and the current action's part."""
+
+    def __init__(self, config: SandboxConfig, host: int, made: rootfs.Made) -> None:
+        self.config = config
+        self.host = host
+        self.made = made
+
+    def remake(self, binds: Sequence[Bind]) -> None:
+        self.made = rootfs.rebind(self.config, self.made, binds, self.host)
+
+
+class _Commands:
+    def __init__(self, view: _View, requests: int, responses: int, lifeline: int) -> None:
+        self.view = view
+        self.requests = requests
+        self.responses = responses
+        self.lifeline = lifeline
+        self.running: tuple[int, int, int] | None = None  # (request id, pid, pidfd)
+
+    def serve(self) -> int:
+        try:
+            while True:
+                fds = [self.requests, self.lifeline]
+                if self.running is not None:
+                    fds.append(self.running[2])
+                for fd in {fd for fd, _ in _poll(*fds)}:
+                    if fd == self.lifeline:
+                        return 0
+                    if fd == self.requests and not self._request():
+                        return 0
+                    if self.running is not None and fd == self.running[2]:
+                        self._reap()
+        finally:
+            if self.running is not None:
+                _kill_group(self.running[1])
+
+    def _request(self) -> bool:
+        try:
+            message = read_frame(self.requests)
+        except ProtocolError as e:
+            print(f"kiln sandbox: bad request stream: {e}", file=sys.stderr)
+            return False
+        if message is None:
+            return False
+        ident = int(message["id"])
+        if message.get("op") == "kill":
+            if self.running is not None and self.running[0] == ident:
+                _kill_group(self.running[1])
+            return True
+        if self.running is not None:  # the client sends one command at a time
+            write_frame(self.responses, {"id": ident, "error": "the sandbox is busy"})
+            return True
+        try:
+            pid = self._spawn(message)
+        except OSError as error:
+            write_frame(self.responses, {"id": ident, "error": str(error)})
+            return True
+        self.running = (ident, pid, os.pidfd_open(pid))
+        write_frame(self.responses, {"id": ident, "pid": pid})
+        return True
+
+    def _spawn(self, message: dict[str, Any]) -> int:
+        argv = [str(a) for a in message["argv"]]
+        env = {str(k): str(v) for k, v in message["env"].items()}
+        try:
+            self.view.remake([Bind.from_json(b) for b in message["binds"]])
+        except OSError as error:
+            raise OSError(f"cannot set up the sandbox: {error.strerror or error}") from None
+        program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH", ""))
+        if program is None:
+            raise OSError(f"cannot run {argv[0]}: No such file or directory")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        opened: list[int] = []
+        try:
+            opened.append(os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC))
+            opened.append(os.open(message["stdout"], flags, 0o644))
+            opened.append(os.open(message["stderr"], flags, 0o644))
+            os.chdir(message["cwd"])  # posix_spawn has no cwd of its own: the child takes ours
+            return os.posix_spawn(
+                program,
+                argv,
+                env,
+                file_actions=[(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(opened)],
+                setsid=True,
+                setsigdef=_DEFAULT_SIGNALS,
+                setsigmask=(),
+            )
+        except OSError as error:
+            raise OSError(f"cannot run {argv[0]}: {error.strerror}") from None
+        finally:
+            os.chdir("/")
+            for fd in opened:
+                os.close(fd)
+
+    def _reap(self) -> None:
+        assert self.running is not None
+        ident, pid, pidfd = self.running
+        self.running = None
+        os.close(pidfd)
+        _kill_group(pid)  # what the command left running goes with it
+        _, status = os.waitpid(pid, 0)
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        write_frame(self.responses, {"id": ident, "status": code})
+
+
+def _serve_worker(view: _View, options: argparse.Namespace, worker: list[str]) -> int:
+    requests = options.request_fd
     to_worker_r, to_worker = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the worker: it ends in exec
         os.close(to_worker)
-        os.close(host)
+        os.close(view.host)
         os.dup2(to_worker_r, requests)  # the descriptor its command line names
         os.close(to_worker_r)
         try:
@@ -80,23 +215,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.close(to_worker_r)
     os.close(options.response_fd)  # the worker's alone: its end of file is the worker's death
     os.set_inheritable(requests, False)
-    return _serve(config, requests, to_worker, options.lifeline_fd, host, pid, made)
-
-
-def _serve(
-    config: SandboxConfig,
-    requests: int,
-    to_worker: int,
-    lifeline: int,
-    host: int,
-    worker: int,
-    made: rootfs.Made,
-) -> int:
-    pidfd = os.pidfd_open(worker)
+    pidfd = os.pidfd_open(pid)
     try:
         while True:
-            ready = {fd for fd, _ in _poll(requests, lifeline, pidfd)}
-            if lifeline in ready or pidfd in ready:
+            ready = {fd for fd, _ in _poll(requests, options.lifeline_fd, pidfd)}
+            if options.lifeline_fd in ready or pidfd in ready:
                 return 0
             try:
                 message = read_frame(requests)
@@ -105,11 +228,10 @@ def _serve(
                 return 2
             if message is None:  # the pool is done: so is the worker
                 os.close(to_worker)
-                os.waitpid(worker, 0)
+                os.waitpid(pid, 0)
                 return 0
-            binds = [Bind.from_json(b) for b in message.pop("sandbox", None) or ()]
             try:
-                made = rootfs.rebind(config, made, binds, host)
+                view.remake([Bind.from_json(b) for b in message.pop("sandbox", None) or ()])
             except OSError as error:
                 # The worker cannot run it here: it gets a request that fails to start.
                 message["cwd"] = f"/nonexistent (the sandbox failed: {error.strerror or error})"
@@ -125,6 +247,11 @@ def _poll(*fds: int) -> list[tuple[int, int]]:
     for fd in fds:
         poller.register(fd, select.POLLIN)
     return poller.poll()
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 if __name__ == "__main__":

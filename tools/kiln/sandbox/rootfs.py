@@ -1,11 +1,11 @@
 """Making a sandbox's root: a tmpfs holding only mount points, and the binds on them.
 
-Used inside a user namespace (linux.enter_user_namespace), by two processes:
-the server's child before it runs a command (base and action binds at once,
-then pivot_root), and a worker's host, which keeps one root for its worker
-and rebinds the action's part for each action (rebind). Every target is a
-path of the sandbox; a Bind's source is a host path, reached through
-`source_prefix` (a host root still open as a directory: /proc/self/fd/N)
+Used inside a user namespace (linux.enter_user_namespace) by a sandbox host
+(host.py), which builds the base once (build_base), makes it its root
+keeping the host's reachable through a descriptor (enter_keeping_host), and
+remakes the action's part for each action (rebind). Every target is a path
+of the sandbox; a Bind's source is a host path, reached through
+`source_prefix` (the host's root still open as a directory: /proc/self/fd/N)
 once the host's root is no longer this process's.
 """
 
@@ -21,8 +21,8 @@ from kiln.sandbox.view import Bind, SandboxConfig
 
 
 def build_base(root: str, config: SandboxConfig) -> None:
-    """Mount the tmpfs at `root` and show the toolchain, /dev, /proc and /sys in it, with an
-    empty /tmp directory (private_tmp mounts one)."""
+    """Mount the tmpfs at `root` and show the toolchain, /dev, /proc and /sys in it, with the
+    mount points of /tmp and of the scratch directories (rebind mounts them)."""
     linux.tmpfs(root)
     made = Made()  # the base stays as long as its root: nothing to undo
     for path in sorted(config.toolchain, key=_depth):
@@ -38,47 +38,25 @@ def build_base(root: str, config: SandboxConfig) -> None:
     _make_dir(root + "/dev/shm", made)
     linux.tmpfs(root + "/dev/shm", "1777")  # not the host's shared memory
     _make_dir(root + "/tmp", made)
+    for directory in config.scratch:
+        if not _within(directory, "/tmp") and not os.path.lexists(root + directory):
+            _make_dir(root + directory, made)
 
 
 @dataclass
 class Made:
-    """What an action's part of a root added: mounts, and the mount points created for them
-    in the root's own tmpfs (in order; undone in reverse)."""
+    """What an action's part of a root added: the mounts to undo (those no other of them
+    holds: a lazy unmount takes what is below), and the mount points created for them in
+    the root's own tmpfs (in order; undone in reverse)."""
 
     mounts: list[str] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
 
 
-def private_tmp(root: str, config: SandboxConfig, source_prefix: str, made: Made) -> None:
-    """A fresh /tmp, with the toolchain parts that lie in /tmp and the config's binds in it."""
-    linux.tmpfs(root + "/tmp", "1777")
-    made.mounts.append(root + "/tmp")
-    inside = [
-        Bind(p, p) for p in config.toolchain if p.startswith("/tmp/") and not os.path.islink(p)
-    ]
-    mount_binds(root, [*inside, *config.binds], source_prefix, made)
-
-
-def mount_binds(root: str, binds: Sequence[Bind], source_prefix: str, made: Made) -> None:
-    """Bind each source on its target under root, shallowest target first."""
-    for bind in sorted(binds, key=lambda b: _depth(b.target)):
-        _bind(root, bind, source_prefix=source_prefix, made=made)
-        made.mounts.append(root + bind.target)
-
-
-def enter(root: str, cwd: str) -> None:
-    """Make root the root of this mount namespace (the host's is detached), cwd its cwd."""
-    linux.remount_readonly(root)  # only /tmp and the execroot stay writable
-    os.chdir(root)
-    linux.pivot_root(".", ".")
-    linux.umount(".")  # the old root, stacked under the new one by pivot_root(".", ".")
-    os.chdir(cwd)
-
-
 def enter_keeping_host(root: str, hidden: str) -> int:
     """Make root the root, keeping the host's reachable only through the returned
     descriptor: it is moved to `hidden`, a directory of root, opened, and then covered
-    by an empty read-only tmpfs, so no path leads to it."""
+    by an empty read-only tmpfs, so no path leads to it. The root is read-only after."""
     _make_dir(root + hidden, Made())
     os.chdir(root)
     linux.pivot_root(".", "." + hidden)
@@ -86,27 +64,65 @@ def enter_keeping_host(root: str, hidden: str) -> int:
     host = os.open(hidden, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     linux.tmpfs(hidden, "000")
     linux.remount_readonly(hidden)
+    linux.remount_readonly("/")
     return host
 
 
 def rebind(config: SandboxConfig, previous: Made, binds: Sequence[Bind], host: int) -> Made:
     """In a root entered with enter_keeping_host: undo what the previous action's part made,
-    then make this action's (a fresh /tmp, its binds)."""
+    then make this action's: a fresh /tmp (with the config's binds), a fresh tmpfs on each
+    scratch directory (the workspace, the execroots), then `binds`. Their mount points
+    all lie in those fresh tmpfs, so the read-only root is left as it is, unless a
+    target lies elsewhere (a workspace inside a toolchain directory, say)."""
     for target in reversed(previous.mounts):
         with contextlib.suppress(OSError):
             linux.umount(target)
-    linux.remount_readonly("/", readonly=False)  # room for new mount points
+    prefix = f"/proc/self/fd/{host}"
+    made = Made()
+    fresh = sorted(dict.fromkeys(["/tmp", *config.scratch]), key=_depth)
+    outside = [b for b in binds if not any(_within(b.target, d) for d in fresh)]
+    touch_root = bool(outside or previous.created)
+    if touch_root:
+        linux.remount_readonly("/", readonly=False)  # room for mount points
     try:
         for path in reversed(previous.created):  # no placeholder of an undeclared file stays
             with contextlib.suppress(OSError):
                 os.rmdir(path) if os.path.isdir(path) else os.unlink(path)
-        made = Made()
-        prefix = f"/proc/self/fd/{host}"
-        private_tmp("", config, prefix, made)
-        mount_binds("", binds, prefix, made)
+        for directory in fresh:
+            _fresh_tmpfs(directory, config, prefix, made)
+        inside_tmp = [b for b in config.binds if _within(b.target, "/tmp")]
+        _mount_binds("", inside_tmp, prefix, made, roots=[])
+        _mount_binds("", binds, prefix, made, roots=[b.target for b in outside])
     finally:
-        linux.remount_readonly("/")
+        if touch_root:
+            linux.remount_readonly("/")
     return made
+
+
+def _fresh_tmpfs(directory: str, config: SandboxConfig, prefix: str, made: Made) -> None:
+    """A new tmpfs on `directory`, showing again what of the toolchain lies in it."""
+    if _within(directory, "/tmp") and directory != "/tmp":
+        os.makedirs(directory, 0o755, exist_ok=True)  # in this action's own /tmp
+    else:
+        made.mounts.append(directory)
+    linux.tmpfs(directory, "1777" if directory == "/tmp" else "755")
+    inside = [
+        Bind(p, p)
+        for p in config.toolchain
+        if _within(p, directory) and p != directory and not os.path.islink(p)
+    ]
+    _mount_binds("", inside, prefix, made, roots=[])
+
+
+def _mount_binds(
+    root: str, binds: Sequence[Bind], source_prefix: str, made: Made, roots: Sequence[str]
+) -> None:
+    """Bind each source on its target under root, shallowest target first; the targets in
+    `roots` are noted as mounts to undo (the others go with the tmpfs holding them)."""
+    for bind in sorted(binds, key=lambda b: _depth(b.target)):
+        _bind(root, bind, source_prefix=source_prefix, made=made)
+        if bind.target in roots:
+            made.mounts.append(root + bind.target)
 
 
 def _bind(
@@ -139,8 +155,8 @@ def _make_dir(path: str, made: Made) -> None:
         made.created.append(directory)
 
 
-def _link(path: str) -> bool:
-    return os.path.islink(path)
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def _depth(path: str) -> int:

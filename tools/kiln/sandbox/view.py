@@ -1,9 +1,11 @@
 """What a sandboxed action sees: typed records, and how they are worked out.
 
     SandboxConfig  what every sandbox of a build shows: the toolchain (read-only,
-                   at the same paths as on the host), binds made after /tmp (the
-                   torch state of aoti_package.py), and the host directory the
-                   new root is built on
+                   at the same paths as on the host), binds made in /tmp (the
+                   torch state of aoti_package.py), the scratch directories that
+                   get an empty tmpfs for each action (the workspace, the
+                   execroots: an action's binds go there), and the host directory
+                   the new root is built on
     Bind           one host path shown at a path of the sandbox, read-only or not
     action_binds   an action's own part: its execroot (writable) and each declared
                    input read-only (a source at the workspace path its execroot
@@ -46,14 +48,18 @@ class Bind:
 @dataclass(frozen=True)
 class SandboxConfig:
     toolchain: tuple[str, ...]  # host paths, shown read-only where they are
-    binds: tuple[Bind, ...]  # made after /tmp, before an action's own
+    binds: tuple[Bind, ...]  # made in each action's /tmp, before its own
     staging: str  # an empty host directory: the new root is mounted on it
+    # Directories an empty tmpfs covers for each action: its binds' mount points go there,
+    # and go with it (the workspace root, the output base's execroot directory).
+    scratch: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "toolchain": list(self.toolchain),
             "binds": [b.to_json() for b in self.binds],
             "staging": self.staging,
+            "scratch": list(self.scratch),
         }
 
     @staticmethod
@@ -62,6 +68,7 @@ class SandboxConfig:
             tuple(str(p) for p in value["toolchain"]),
             tuple(Bind.from_json(b) for b in value["binds"]),
             str(value["staging"]),
+            tuple(str(p) for p in value["scratch"]),
         )
 
 
