@@ -18,6 +18,7 @@ import random
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -145,21 +146,55 @@ def test_sigkill_at_random_moments_never_corrupts(ws: Workspace, tmp_path: Path)
 
 def test_ctrl_c_stops_the_build_with_exit_8_and_one_line(ws: Workspace, tmp_path: Path) -> None:
     ws.write(
-        "app/BUILD", 'genrule(name = "slow", outs = ["slow.out"], cmd = "sleep 60; touch $@")\n'
+        "app/BUILD",
+        'genrule(name = "slow", outs = ["slow.out"], cmd = "touch started; sleep 60; touch $@")\n',
     )
     process = ws.kiln_process("build", "//app:slow")
     try:
-        deadline = time.monotonic() + 30
-        while not list((tmp_path / "cache").rglob("execroot/*/kiln-out")):  # the action runs
+        deadline = time.monotonic() + 60
+        # The command runs (it wrote its marker in its execroot): a loaded machine may take
+        # seconds to get there.
+        while not list((tmp_path / "cache").rglob("execroot/*/started")):
             assert time.monotonic() < deadline, "the action never started"
             assert process.poll() is None, process.communicate()
             time.sleep(0.05)
-        time.sleep(0.2)
         process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=10)  # the sleep was killed, not waited for
+        _, err = process.communicate(timeout=30)  # the sleep (60 s) was killed, not waited for
     finally:
         process.kill()
     assert process.returncode == 8, err
     assert err.rstrip().endswith("kiln: interrupted")
     assert "Traceback" not in err and "INTERNAL ERROR" not in err
     assert not (ws.root / "kiln-out/app/slow.out").exists()
+
+
+def test_ctrl_c_while_the_first_action_starts_its_sandbox_starts_no_command(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C that came while the first action's spawner started (the sandbox's first
+    host takes a while on a loaded machine) found no spawner to cancel: the action then
+    ran to its end (60 s here), and the Ctrl-C test above timed out in loaded runs."""
+    from kiln.exec.executor import Executor
+    from kiln.exec.sandboxing import Sandboxing
+
+    handled = threading.Event()
+    interrupt, start = Executor.interrupt, Sandboxing._start
+
+    def interrupt_and_tell(self: Executor) -> None:
+        interrupt(self)
+        handled.set()
+
+    def start_during_ctrl_c(self: Sandboxing) -> object:
+        started = start(self)
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        assert handled.wait(20), "the Ctrl-C was never handled"
+        return started
+
+    monkeypatch.setattr(Executor, "interrupt", interrupt_and_tell)
+    monkeypatch.setattr(Sandboxing, "_start", start_during_ctrl_c)
+    ws.write("app/BUILD", 'genrule(name = "slow", outs = ["slow.out"], cmd = "sleep 60")\n')
+    began = time.monotonic()
+    run = ws.kiln("build", "//app:slow", "--sandbox")
+    assert run.code == 8, run.err
+    assert run.err.rstrip().endswith("kiln: interrupted")
+    assert time.monotonic() - began < 30  # the sleep never started

@@ -579,12 +579,21 @@ class Executor:
                         self.options.worker_preload,
                         self.sandboxing.get(),
                     )
+                    self._cancel_if_interrupted(self.worker)
                 return self.worker
             if self.local is None:
                 from kiln.exec.local_spawner import LocalSpawner
 
                 self.local = LocalSpawner(self.options.python, self.sandboxing.get())
+                self._cancel_if_interrupted(self.local)
             return self.local
+
+    def _cancel_if_interrupted(self, spawner: Spawner) -> None:
+        """A Ctrl-C that came while the spawner started (the sandbox's first host takes a
+        while on a loaded machine) found no spawner to cancel: this one is cancelled now,
+        so its first command is never started (interrupt() sets the flag before it looks)."""
+        if self._interrupted:
+            spawner.cancel_all()
 
     def _forget_generated(self, digests: dict[str, Digest]) -> None:
         """Drop the blobs of generated inputs an action wrote through: they may be damaged."""
