@@ -3,9 +3,12 @@ the toolchain; its key holds every input's executable bit."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import pytest
 
-from tests.e2e.harness import Workspace
+from tests.e2e.harness import KILN, Workspace
 
 
 def test_chmod_x_of_an_input_reruns_the_action(ws: Workspace) -> None:
@@ -116,3 +119,47 @@ def test_where_namespaces_are_refused_actions_run_unsandboxed_after_one_warning(
     ws.kiln("clean", "--expunge_disk_cache")
     quiet = ws.kiln("build", "//pkg:all", "--nosandbox")
     assert (quiet.executed, quiet.err.count("WARNING")) == (3, 0)
+
+
+def test_a_kernel_that_refuses_namespaces_gets_a_plain_build_and_one_warning(
+    ws: Workspace,
+) -> None:
+    """The fallback as a machine without user namespaces takes it: kiln runs in a user
+    namespace whose max_user_namespaces is 0, so the kernel itself refuses the
+    sandbox's unshare (ENOSPC), as on a container or kernel that allows none."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) to make a namespace that allows none")
+    refuse = 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"'
+    probe = subprocess.run(
+        ["unshare", "-U", "-r", "sh", "-c", refuse, "sh", "unshare", "-U", "true"],
+        capture_output=True,
+        check=False,
+    )
+    if probe.returncode == 0 or b"No space left" not in probe.stderr:
+        pytest.skip(f"cannot make a namespace that refuses namespaces here: {probe.stderr!r}")
+    ws.write(
+        "pkg/BUILD",
+        'genrule(name = "peek", srcs = ["in.txt"], outs = ["peek.txt"], '
+        'cmd = "d=$$(dirname $$(readlink $<)); ls $$d > $@")\n',
+    )
+    ws.write("pkg/in.txt", "declared\n")
+    ws.write("pkg/other.txt", "undeclared\n")
+    run = subprocess.run(
+        ["unshare", "-U", "-r", "sh", "-c", refuse, "sh", *KILN, "build", "//pkg:peek"],
+        cwd=ws.root,
+        env=ws.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    warnings = [line for line in run.stderr.splitlines() if line.startswith("WARNING:")]
+    assert warnings == [
+        "WARNING: actions run without a sandbox: unshare: No space left on device: the limit "
+        "user.max_user_namespaces is reached or 0 (user and "
+        "mount namespaces are not available here); they can read undeclared files and write "
+        "outside their execroot. --nosandbox says so without this warning"
+    ]
+    # Unsandboxed, the whole package shows through the input's symlink.
+    assert "other.txt" in ws.out("pkg/peek.txt").split()

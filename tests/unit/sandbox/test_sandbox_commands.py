@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,3 +106,53 @@ def test_a_command_past_its_timeout_is_killed_with_what_it_started(
     assert time.monotonic() - start < 5
     child = int((root / "child").read_text())
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text()
+
+
+# kiln's process as far as local commands go: one sandboxed command that starts a child.
+KILN = """
+import sys
+from pathlib import Path
+from kiln.sandbox.client import Sandbox
+from kiln.sandbox.view import SandboxConfig, action_binds, toolchain_dirs
+root, base = Path(sys.argv[1]), sys.argv[2]
+sandbox = Sandbox.start(sys.executable, SandboxConfig(toolchain_dirs([base]), (), base + "/sb"))
+script = "sleep 60 & echo $$ $! > pids.tmp; mv pids.tmp pids; wait"
+out, err = root / ".tmp/stdout", root / ".tmp/stderr"
+sandbox.run(["/bin/sh", "-c", script], {"PATH": "/usr/bin:/bin"}, root, out, err,
+            action_binds(root, []), None)
+"""
+
+
+def test_kill_9_of_kiln_kills_a_sandboxed_command_and_its_child(layout: Layout) -> None:
+    """Issue 11 C4, for local commands: the host's lifeline ends with kiln, and the host
+    kills the command's process group before it exits."""
+    root, _ = layout.execroot("e1", {})
+    kiln = subprocess.Popen([sys.executable, "-c", KILN, str(root), str(layout.base)])
+    started: list[int] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not (root / "pids").exists():
+            assert time.monotonic() < deadline, "the command never started"
+            assert kiln.poll() is None
+            time.sleep(0.02)
+        started = [int(pid) for pid in (root / "pids").read_text().split()]
+        assert all(_running(pid) for pid in started)
+        kiln.send_signal(signal.SIGKILL)
+        kiln.wait()
+        deadline = time.monotonic() + 1.0
+        while any(_running(pid) for pid in started) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not any(_running(pid) for pid in started)
+    finally:
+        kiln.kill()
+        for pid in started:  # by pid, and only if the test failed
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

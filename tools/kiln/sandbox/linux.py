@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
 
 CLONE_NEWNS = 0x00020000
@@ -52,8 +53,21 @@ def _bytes(text: str | None) -> bytes | None:
     return None if text is None else os.fsencode(text)
 
 
+# What the kernel's refusals of a user namespace mean (unshare(2)), for the warning.
+_UNSHARE_HINTS = {
+    errno.ENOSPC: "the limit user.max_user_namespaces is reached or 0",
+    errno.EPERM: "unprivileged user namespaces are off: kernel.unprivileged_userns_clone, "
+    "an AppArmor or seccomp policy",
+    errno.EINVAL: "this kernel has no user namespaces",
+}
+
+
 def unshare(flags: int) -> None:
-    _check(_unshare(flags), "unshare")
+    if _unshare(flags) != 0:
+        number = ctypes.get_errno()
+        hint = _UNSHARE_HINTS.get(number)
+        text = os.strerror(number) + (f": {hint}" if hint else "")
+        raise OSError(number, f"unshare: {text}")
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
