@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import os
 import shutil
 import subprocess
 import time
@@ -171,3 +172,32 @@ def test_an_action_failing_on_a_full_disk_says_the_disk_is_full(
     assert run.code == 1
     assert "failed: exited with code 1 (the disk holding its execroot " in run.err
     assert "is full: 4 KiB free)" in run.err
+
+
+def test_a_noop_build_verifies_by_stat_and_hashes_no_file(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deliverable 1's cost: every blob is verified before use, but an unchanged one by
+    its stamp (the digest log's stat data), so a no-op build reads no file's bytes."""
+    from kiln.cache import digest_cache
+
+    workspace(ws)
+    old = time.time() - 3600  # not racily clean: its stamp is trusted at once
+    os.utime(ws.root / "pkg/in.txt", (old, old))
+    assert ws.kiln("build", "//pkg:b").code == 0
+    hashed: list[str] = []
+    real = digest_cache.digest_file
+
+    def counting(path: str | os.PathLike[str], function: str = "sha256") -> object:
+        hashed.append(os.fspath(path))
+        return real(path, function)
+
+    monkeypatch.setattr(digest_cache, "digest_file", counting)
+    run = ws.kiln("build", "//pkg:b")
+    assert (run.code, run.executed) == (0, 0), run.err
+    assert hashed == []
+    write_in_place(ws.root / "kiln-out/pkg/a.txt", b"J")  # the same size, a new ctime
+    run = ws.kiln("build", "//pkg:b")
+    assert run.code == 0, run.err
+    assert ws.out("pkg/a.txt") == "hello\n"
+    assert any(path.endswith("a.txt") or "/cas/" in path for path in hashed), hashed
