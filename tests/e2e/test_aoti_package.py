@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import sysconfig
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -170,18 +171,28 @@ def test_another_checkout_path_and_venv_path_get_only_cache_hits(
     mlp: ModelWorkspace, tmp_path: Path
 ) -> None:
     """Issue 11 C1: keys held the interpreter's absolute path, so the same venv through
-    another path (or a checkout elsewhere) missed every torch action of a shared cache."""
-    venv = tmp_path / "another" / "venv"
-    venv.parent.mkdir()
-    venv.symlink_to(sys.prefix, target_is_directory=True)  # the same venv, at another path
-    cache = Path(mlp.env["XDG_CACHE_HOME"])  # the same disk cache; its own output base
-    other = make_workspace(tmp_path / "another" / "checkout", cache)
-    run = other.build("//models:mlp_pt2", interpreter=str(venv / "bin" / "python"))
-    assert run.code == 0, run.err
-    assert run.caches() == {"disk"}, run.err
-    assert (other.root / "kiln-out/models/mlp_pt2.pt2").read_bytes() == (
-        mlp.root / "kiln-out/models/mlp_pt2.pt2"
-    ).read_bytes()
+    another path (or a checkout elsewhere) missed every torch action of a shared cache.
+    Here: a second checkout and two more interpreters, each at a path of its own (the
+    same venv through a symlink; a venv of its own, whose site-packages reach this
+    one's packages), all on the first build's disk cache."""
+    another = tmp_path / "another"
+    linked = another / "linked-venv"
+    another.mkdir()
+    linked.symlink_to(sys.prefix, target_is_directory=True)
+    venv = another / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (site,) = venv.glob("lib/python*/site-packages")
+    here = sysconfig.get_path("purelib")  # its .pth files (kiln's own) are read too
+    (site / "same-packages.pth").write_text(f"import site; site.addsitedir({here!r})\n")
+    cache = Path(mlp.env["XDG_CACHE_HOME"])  # the same disk cache; each its own output base
+    for n, python in enumerate((linked / "bin/python", venv / "bin/python")):
+        other = make_workspace(another / f"checkout{n}", cache)
+        run = other.build("//models:mlp_pt2", interpreter=str(python))
+        assert run.code == 0, run.err
+        assert run.caches() == {"disk"}, run.err
+        assert (other.root / "kiln-out/models/mlp_pt2.pt2").read_bytes() == (
+            mlp.root / "kiln-out/models/mlp_pt2.pt2"
+        ).read_bytes()
 
 
 def test_noop_rebuild_never_imports_torch(mlp: ModelWorkspace) -> None:
