@@ -55,7 +55,7 @@ def generate(root: Path) -> None:
             dep = f'"//p{p - 1:03d}:g{r}", ' if p else ""
             rules.append(
                 f'genrule(name = "g{r}", srcs = [{dep}"src{r}.txt"], outs = ["g{r}.out"], '
-                'cmd = "cat $(SRCS) > $@")'
+                'visibility = ["//visibility:public"], cmd = "cat $(SRCS) > $@")'
             )
         (package / "BUILD").write_text("\n".join(rules) + "\n")
     big = root / "big"
