@@ -61,7 +61,7 @@ def _request(pkg_attrs: dict[str, Any], *, expected: Any = "planned") -> BazelPl
     if expected == "planned":  # what Bazel declares when its catalogue is current
         host = HostFacts.of_this_machine()
         ctx, info = planner.analyze(plan, host)
-        expected = planner.planned_graph(ctx.actions.declared, info, host.interpreter)
+        expected = planner.planned_graph(ctx.actions.declared, info)
     return plan.model_copy(update={"expected": expected})
 
 

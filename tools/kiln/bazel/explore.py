@@ -34,7 +34,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
-from kiln.action_graph import GENERATED_ROOT, Action, File
+from kiln.action_graph import GENERATED_ROOT, PYTHON_INTERPRETER, Action, File
 from kiln.errors import KilnError
 from kiln.host_facts import GPU_HOST, HostFacts, Toolchain, ToolchainResolver
 from kiln.rule_api import AnalyzedTarget, DefaultInfo, Rule, RuleAttrs, RuleContext
@@ -504,7 +504,7 @@ def _action_shape(ctx: RuleContext[Any], action: Action, ref: Any, refs: Any) ->
     paths = {f.path for f in (*action.inputs, *action.outputs)}
     argv: list[Arg] = []
     for i, arg in enumerate(action.argv):
-        if i == 0 and arg == ctx.host.interpreter:
+        if i == 0 and arg == PYTHON_INTERPRETER:
             argv.append(Arg(python=True))
         elif arg in paths:
             argv.append(Arg(file=ref(arg)))

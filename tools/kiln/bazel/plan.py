@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kiln.action_graph import Action, File
+from kiln.action_graph import PYTHON_INTERPRETER, Action, File
 from kiln.action_specs import SpecError
 from kiln.bazel.request import BazelPlan, PlannedAction, PlannedGraph, PlanReport, PlanTarget
 from kiln.errors import KilnError
@@ -125,15 +125,18 @@ def _bottom_up(plan: BazelPlan) -> list[str]:
     return order
 
 
-def planned_graph(actions: list[Action], info: DefaultInfo, interpreter: str) -> PlannedGraph:
-    """The graph of a target as the plan compares it: paths, argv with `{python}`."""
+def planned_graph(actions: list[Action], info: DefaultInfo) -> PlannedGraph:
+    """The graph of a target as the plan compares it: paths, argv with `{python}` for the
+    symbolic interpreter (PYTHON_INTERPRETER) of Python actions."""
     writes: list[str] = []
     planned: list[PlannedAction] = []
     for action in actions:
         if action.content is not None:
             writes += [f.path for f in action.outputs]
             continue
-        argv = [PYTHON if i == 0 and a == interpreter else a for i, a in enumerate(action.argv)]
+        argv = [
+            PYTHON if i == 0 and a == PYTHON_INTERPRETER else a for i, a in enumerate(action.argv)
+        ]
         planned.append(
             PlannedAction(
                 mnemonic=action.mnemonic,
@@ -196,7 +199,7 @@ def main(argv: list[str]) -> int:
         host = HostFacts.of_this_machine()
         ctx, info = analyze(plan, host)
         actions = ctx.actions.declared
-        graph = planned_graph(actions, info, host.interpreter)
+        graph = planned_graph(actions, info)
         check(plan, graph, ctx.rule.name)
         write_outputs(actions)
         report = PlanReport(label=plan.label, graph=graph)

@@ -446,7 +446,7 @@ class Executor:
 
                 self._environments = EnvironmentStore(
                     self.output_base.python_envs,
-                    self.options.python or action.argv[0],
+                    self.options.python or sys.executable,
                     find_links=self.options.pip_find_links,
                     report=self.report,
                 )

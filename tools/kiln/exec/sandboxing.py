@@ -94,8 +94,12 @@ class Sandboxing:
             return None
         torch_tmp = self._disk_cache.torch_tmp
         torch_tmp.mkdir(parents=True, exist_ok=True)
+        # The Python environments of actions with packages (kiln.pyenv) are toolchain
+        # too, read-only: made outside the sandbox, before their actions run, in here.
+        environments = self._output_base.python_envs
+        environments.mkdir(parents=True, exist_ok=True)
         config = SandboxConfig(
-            toolchain=toolchain_dirs(self._hidden),
+            toolchain=(*toolchain_dirs(self._hidden), str(environments)),
             binds=(Bind(str(torch_tmp), SANDBOXED_TORCH_TMP, writable=True),),
             staging=str(self._output_base.sandbox),
             scratch=(str(self._workspace), str(self._output_base.execroot)),

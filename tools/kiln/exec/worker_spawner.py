@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING
 
 from kiln.exec.outcome import Source
-from kiln.exec.spawn import SpawnRequest, SpawnResult
+from kiln.exec.spawn import SpawnRequest, SpawnResult, resolve_argv
 
 if TYPE_CHECKING:
     from kiln.sandbox.client import Sandbox
@@ -56,8 +56,9 @@ class WorkerSpawner:
             from kiln.sandbox.view import action_binds
 
             binds = [b.to_json() for b in action_binds(request.execroot, request.inputs)]
+        argv = resolve_argv(request.argv, self._python)  # the environment's, or this build's
         work = WorkRequest(
-            request.argv,
+            argv,
             dict(request.env),
             str(request.execroot),
             str(request.stdout),
@@ -65,7 +66,7 @@ class WorkerSpawner:
             request.timeout,
             sandbox=binds,
         )
-        pool = self._worker_pool(request)
+        pool = self._worker_pool(argv, request)
         start = time.monotonic()
         response = pool.run(work)
         return SpawnResult(
@@ -77,8 +78,8 @@ class WorkerSpawner:
             message=response.message,
         )
 
-    def _worker_pool(self, request: SpawnRequest) -> WorkerPool:
-        python = request.argv[0] if request.argv else self._python
+    def _worker_pool(self, argv: tuple[str, ...], request: SpawnRequest) -> WorkerPool:
+        python = argv[0] if argv else self._python
         with self._lock:
             pool = self._pools.get(python)
             if pool is None:
