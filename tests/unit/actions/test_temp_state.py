@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from kiln.actions import temp_state
+from kiln.actions.errors import ActionError
 from kiln.exec import sandboxing
 
 
@@ -24,15 +25,33 @@ def test_in_a_sandbox_the_paths_are_the_fixed_ones_inside_its_private_tmp(
     assert temp_state.private_cache_dir("0123") == Path("/tmp/kiln-inductor-0123")
 
 
-def test_without_kiln_it_is_per_user_under_the_cache_home_never_a_shared_tmp_path(
+def test_the_sandbox_and_the_actions_name_the_same_fixed_path() -> None:
+    assert temp_state.FIXED_TORCH_TMP == sandboxing.SANDBOXED_TORCH_TMP
+
+
+def test_without_kiln_it_is_the_sandbox_s_fixed_path_so_bazel_s_packages_match(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(temp_state.TORCH_TMP_ENV, raising=False)
+    assert temp_state.shared_dir() == Path("/tmp/kiln-torch-tmp")
+    assert temp_state.private_cache_dir("ab") == Path("/tmp/kiln-inductor-ab")
+
+
+def test_a_predictable_path_someone_else_made_is_refused_not_used(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """It was /tmp/kiln-torch-tmp and /tmp/kiln-inductor-<digest>: shared by every kiln on
-    the host, never collected, and another user could create or symlink them first."""
-    monkeypatch.delenv(temp_state.TORCH_TMP_ENV, raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    assert temp_state.shared_dir() == tmp_path / "cache/kiln/tmp/torch"
-    assert temp_state.private_cache_dir("ab").parent == tmp_path / "cache/kiln/tmp"
+    """Issue 11 A6: another user could create or symlink the fixed /tmp paths first."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "tmp/torch").symlink_to(elsewhere)
+    monkeypatch.setenv(temp_state.TORCH_TMP_ENV, str(tmp_path / "tmp/torch"))
+    with pytest.raises(ActionError, match="is a symlink"):
+        temp_state.pin_temp_dirs()
+    (tmp_path / "tmp/kiln-inductor-ab.lock").symlink_to(elsewhere / "lock")
+    with pytest.raises(OSError), temp_state.private_cache("ab"):
+        pass
+    assert list(elsewhere.iterdir()) == []
 
 
 def test_a_private_cache_is_empty_locked_while_used_and_gone_after(

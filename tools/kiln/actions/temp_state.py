@@ -16,9 +16,13 @@ kiln sets $KILN_TORCH_TMP for every Python action (exec/sandboxing.py):
     otherwise   <disk cache>/tmp/torch itself, per user: packages embed it, and so
                 differ between users and machines (docs/remote-cache.md)
 
-Run without kiln (a test, another build tool), it is <cache home>/kiln/tmp/torch:
-still per user, never a predictable path that others can write. The disk
-cache's garbage collection bounds what lies there (cache/gc.py).
+Run without kiln (Bazel runs the same action modules), it is the sandbox's
+fixed path, /tmp/kiln-torch-tmp, with the private caches beside it: Bazel's
+packages must be byte for byte kiln's (tests/e2e/bazel/test_bazel_conformance.py).
+There the path is predictable, so it is checked before use: a directory of
+this user's, mode 0700, not a symlink; the lock files are opened without
+following links. Another user's, or a link, is an error naming it, never used.
+The disk cache's garbage collection bounds what lies in kiln's (cache/gc.py).
 """
 
 from __future__ import annotations
@@ -27,21 +31,39 @@ import contextlib
 import fcntl
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from kiln.actions.errors import ActionError
 
 # Read here, set by the executor (kiln.exec.sandboxing: the same name, pinned by a test).
 TORCH_TMP_ENV = "KILN_TORCH_TMP"
 
 
+# Where torch's state is in kiln's sandbox (exec/sandboxing.py: the same string, pinned by
+# a test) and under another build tool.
+FIXED_TORCH_TMP = "/tmp/kiln-torch-tmp"
+
+
 def shared_dir() -> Path:
     """The directory packaging actions share (precompiled headers): $KILN_TORCH_TMP."""
-    named = os.environ.get(TORCH_TMP_ENV)
-    if named:
-        return Path(named)
-    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(home) / "kiln" / "tmp" / "torch"
+    return Path(os.environ.get(TORCH_TMP_ENV) or FIXED_TORCH_TMP)
+
+
+def _own_directory(path: Path) -> None:
+    """Make `path` (mode 0700) or check that it is this user's directory, not a link."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    found = os.lstat(path)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
+        what = "a symlink" if stat.S_ISLNK(found.st_mode) else "not a directory of this user's"
+        raise ActionError(
+            f"torch's temp state {path} is {what}",
+            hint="remove it (another user or program made it first), or build with kiln",
+        )
 
 
 def private_cache_dir(name: str) -> Path:
@@ -56,11 +78,18 @@ def private_cache(name: str) -> Iterator[Path]:
     of one program outside a sandbox share the name)."""
     base = private_cache_dir(name)
     base.parent.mkdir(parents=True, exist_ok=True)
-    lock = os.open(f"{base}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    lock = os.open(f"{base}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.fstat(lock).st_uid != os.getuid():
+            raise ActionError(
+                f"torch's temp state {base}.lock is another user's",
+                hint="remove it (another user made it first), or build with kiln",
+            )
+        if base.is_symlink():
+            base.unlink()
         shutil.rmtree(base, ignore_errors=True)
-        base.mkdir(mode=0o700)
+        _own_directory(base)
         yield base
         shutil.rmtree(base, ignore_errors=True)
     finally:
@@ -72,7 +101,7 @@ def pin_temp_dirs() -> None:
     computes the latter once, when torch._inductor.codecache is imported, and names it in
     the sources it generates (a per-action $TMPDIR would make every package differ)."""
     shared = shared_dir()
-    shared.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _own_directory(shared)
     os.environ["TMPDIR"] = str(shared)
     tempfile.tempdir = None
     from torch._inductor import codecache
