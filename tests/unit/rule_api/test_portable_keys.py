@@ -43,7 +43,7 @@ def _mlp_package_actions() -> list[Action]:
 
 def test_python_actions_name_the_interpreter_symbolically() -> None:
     python = [a for a in _mlp_package_actions() if a.content is None]
-    assert {a.mnemonic for a in python} >= {"TorchExport", "AotiPackage", "AotiValidate"}
+    assert {a.mnemonic for a in python} >= {"TorchExport", "AotiCompile", "AotiValidate"}
     for action in python:
         assert action.argv[0] == PYTHON_INTERPRETER, action.describe()
 
