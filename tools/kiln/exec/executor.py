@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from kiln.action_graph import GENERATED_ROOT, PYTHON_INTERPRETER, Action
 from kiln.cache.action_cache import ActionCache, ActionResult, OutputFile
-from kiln.cache.cas import ContentStore, MissingBlob
+from kiln.cache.cas import BlobState, ContentStore, MissingBlob
 from kiln.cache.digest import Digest
 from kiln.cache.digest_cache import FileDigestCache
 from kiln.errors import KilnError
@@ -541,6 +541,10 @@ class Executor:
         for path, digest in self._input_files(action).items():
             if path.startswith(GENERATED_ROOT + "/"):
                 executable = path in self.outputs.executable
+                # Never upload an unverified blob (issue 11 A1): a damaged one is removed.
+                state = self.cas.check(digest, executable)
+                if state is not BlobState.INTACT:
+                    raise _ActionFailed(str(InputUnavailable(path, state is BlobState.DAMAGED)))
                 inputs[path] = RemoteInput(digest, executable, self.cas.path(digest, executable))
             else:
                 source = self.workspace_root / path
