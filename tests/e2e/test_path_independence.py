@@ -17,11 +17,13 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from kiln.action_graph import Action
+from kiln.exec.spawn import resolve_argv
 from kiln.host_facts import HostFacts, ToolchainResolver
 from kiln.rule_api import AnalyzedTarget, DefaultInfo, File, RuleContext
 from kiln.rules.aoti_package import RULE as AOTI_PACKAGE
@@ -88,7 +90,7 @@ def run(actions: list[Action], execroot: Path) -> None:
             (execroot / action.primary_output.path).write_bytes(action.content)
             continue
         done = subprocess.run(
-            action.argv,
+            resolve_argv(action.argv, sys.executable),  # argv[0] is the symbolic 'python'
             cwd=execroot,
             env=dict(action.env),
             capture_output=True,
