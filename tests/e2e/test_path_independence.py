@@ -1,11 +1,15 @@
-"""No output-root path reaches an artifact's bytes: the same spec, two output roots.
+"""No output-root or interpreter path reaches an artifact's bytes: the same spec, two output
+roots, two paths of the Python environment.
 
 kiln writes outputs under kiln-out/, Bazel under bazel-out/<cfg>/bin/; the
 specs name those paths, and the action modules are the same for both tools.
 Here aoti_package's own implementation declares the mlp's actions twice, with
 output roots `kiln-out` and Bazel's, and the actions run (real torch.export,
 AOTInductor, validation) in two execroots at different paths. Every artifact
-must come out byte for byte the same; the specs only differ in the root.
+must come out byte for byte the same; the specs only differ in the root. The
+second runs its actions through another path of the same environment (a link
+to .venv, so torch's headers are at another path, as in another checkout):
+inductor names those folders in what it writes (actions/toolchain_paths.py).
 
 The two packagings share one private inductor cache name (that is the point)
 and so run one after the other under its lock: about 40 s on two cores.
@@ -78,8 +82,9 @@ def analyze(output_root: str) -> list[Action]:
     return ctx.actions.declared
 
 
-def run(actions: list[Action], execroot: Path) -> None:
-    """Runs the actions in declaration order (dependencies first) in `execroot`."""
+def run(actions: list[Action], execroot: Path, python: str) -> None:
+    """Runs the actions in declaration order (dependencies first) in `execroot`, with
+    `python` as the interpreter."""
     for path in SOURCES:
         (execroot / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / path, execroot / path)
@@ -90,7 +95,7 @@ def run(actions: list[Action], execroot: Path) -> None:
             (execroot / action.primary_output.path).write_bytes(action.content)
             continue
         done = subprocess.run(
-            resolve_argv(action.argv, sys.executable),  # argv[0] is the symbolic 'python'
+            resolve_argv(action.argv, python),  # argv[0] is the symbolic 'python'
             cwd=execroot,
             env=dict(action.env),
             capture_output=True,
@@ -106,12 +111,25 @@ def digests(folder: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """root -> the execroot the mlp was built in with that output root."""
+def pythons(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """This interpreter, and the same environment's through a link elsewhere."""
+    environment = Path(sys.prefix)
+    elsewhere = tmp_path_factory.mktemp("elsewhere") / "venv"
+    elsewhere.symlink_to(environment)
+    return sys.executable, str(elsewhere / Path(sys.executable).relative_to(environment))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, pythons: tuple[str, str]) -> dict[str, Path]:
+    """root -> the execroot the mlp was built in with that output root (and interpreter)."""
     base = tmp_path_factory.mktemp("roots")
     execroots = {root: base / f"execroot-{i}" / "kiln" for i, root in enumerate(ROOTS)}
     with ThreadPoolExecutor(max_workers=len(ROOTS)) as pool:
-        for future in [pool.submit(run, analyze(r), e) for r, e in execroots.items()]:
+        runs = [
+            pool.submit(run, analyze(root), execroot, python)
+            for (root, execroot), python in zip(execroots.items(), pythons, strict=True)
+        ]
+        for future in runs:
             future.result()
     return execroots
 
@@ -146,3 +164,21 @@ def test_specs_differ_only_in_the_output_root(built: dict[str, Path]) -> None:
 def test_execroots_were_apart(built: dict[str, Path]) -> None:
     first, second = (os.path.realpath(p) for p in built.values())
     assert first != second
+
+
+def test_the_two_interpreters_found_torch_at_different_paths(pythons: tuple[str, str]) -> None:
+    """Else the first test would not show that torch's path stays out of the bytes."""
+    found = [
+        subprocess.run(
+            [
+                python,
+                "-c",
+                "import importlib.util; print(importlib.util.find_spec('torch').origin)",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for python in pythons
+    ]
+    assert found[0] != found[1]

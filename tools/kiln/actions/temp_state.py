@@ -99,11 +99,15 @@ def private_cache(name: str) -> Iterator[Path]:
 def pin_temp_dirs() -> None:
     """$TMPDIR and inductor's precompiled-header folder at the shared directory: inductor
     computes the latter once, when torch._inductor.codecache is imported, and names it in
-    the sources it generates (a per-action $TMPDIR would make every package differ)."""
+    the sources it generates (a per-action $TMPDIR would make every package differ); and
+    torch's and Python's folders named through links there (toolchain_paths.py)."""
     shared = shared_dir()
     _own_directory(shared)
     os.environ["TMPDIR"] = str(shared)
     tempfile.tempdir = None
     from torch._inductor import codecache
 
+    from kiln.actions import toolchain_paths
+
     codecache._HEADER_DIR = str(shared / "precompiled_headers")
+    toolchain_paths.pin(shared)
