@@ -318,14 +318,19 @@ def _checked_ranges(given: list[InputRange], model: TorchModelInfo) -> tuple[Sha
 
 def platform_properties(found: trt_toolchain.Probe, target_platform: str) -> dict[str, str]:
     """What the engine depends on besides its inputs and the Python toolchain: the
-    TensorRT toolchain the probe found, the build GPU, the target platform."""
+    TensorRT toolchain the probe found, the build GPU, the target platform.
+
+    The versions of torch and Torch-TensorRT are not here: they are distributions
+    (the action's `packages`), which python_platform writes as the installed
+    distribution's version, the value a machine offers (platform_match) and a
+    node's labels say. The modules' `__version__` can differ from it (the H200
+    image's torch says 2.11.0+cu130, its distribution 2.11.0): a property holding
+    it made the TensorRT actions infeasible on the very node that resolved them."""
     gpu = found.gpu
     return {
         "device": "cuda",
         "target_platform": target_platform,
-        "torch": found.torch or "-",
         "cuda": found.cuda or "-",
-        "torch_tensorrt": found.torch_tensorrt or "-",
         "torch_tensorrt_flavour": found.flavour or "-",
         "tensorrt": found.tensorrt or "-",
         "gpu_name": gpu.name if gpu else "-",

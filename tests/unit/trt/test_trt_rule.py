@@ -133,12 +133,30 @@ def test_platform_properties_name_toolchain_gpu_and_target(monkeypatch: pytest.M
     assert platform["target_platform"] == "linux_x86_64"
     assert platform["gpu_name"] == "NVIDIA H200"
     assert platform["compute_capability"] == "9.0"
-    assert platform["torch"] == "2.11.0+cu130"
     assert platform["cuda"] == "13.0"
-    assert platform["torch_tensorrt"] == "2.11.0"
     assert platform["torch_tensorrt_flavour"] == "rtx"
     assert platform["tensorrt"] == "1.4.0.76"
     assert {"os", "arch", "python", "kiln_actions", "torch_tensorrt_rtx"} <= set(platform)
+
+
+def test_the_machine_that_resolved_the_toolchain_matches_and_is_routed_its_actions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the H200 the probe's torch.__version__ (2.11.0+cu130) was a property beside the
+    distribution's version (2.11.0): the node that resolved the toolchain offered the
+    one, the key wanted the other, and every TrtEngine was infeasible on the cluster."""
+    from kiln.exec.platform_match import MachineOffer, mismatches
+    from kiln.host_facts import HostFacts
+    from kiln.remote_exec.routing import node_labels, route
+
+    _, actions = analyze(
+        monkeypatch, {"name": "mlp_trt", "platform": "linux_x86_64"}, probe=GPU_RTX
+    )
+    extra = {"cuda": "13.0", "tensorrt": "1.4.0.76", "torch_tensorrt_flavour": "rtx"}
+    offer = MachineOffer(HostFacts.of_this_machine(), GPU_RTX.gpus, extra)
+    engine = by_mnemonic(actions, "TrtEngine")
+    assert mismatches(engine, offer, check_code=False) == []
+    assert route(engine).labels.items() <= node_labels(offer).items()
 
 
 @pytest.mark.parametrize(
@@ -172,10 +190,9 @@ def test_every_setting_and_the_target_platform_change_the_key(
         GPU_STANDARD.__class__(**{**GPU_STANDARD.__dict__, "gpus": (Gpu("NVIDIA A100", "8.0"),)}),
         GPU_STANDARD.__class__(**{**GPU_STANDARD.__dict__, "gpus": (Gpu("NVIDIA H100", "9.0"),)}),
         GPU_STANDARD.__class__(**{**GPU_STANDARD.__dict__, "tensorrt": "11.0.1.3"}),
-        GPU_STANDARD.__class__(**{**GPU_STANDARD.__dict__, "torch_tensorrt": "2.13.1"}),
         GPU_RTX,
     ],
-    ids=["compute_capability", "gpu_name", "tensorrt", "torch_tensorrt", "flavour"],
+    ids=["compute_capability", "gpu_name", "tensorrt", "flavour"],
 )
 def test_build_gpu_and_toolchain_change_the_key(
     monkeypatch: pytest.MonkeyPatch, probe: Any
@@ -183,6 +200,27 @@ def test_build_gpu_and_toolchain_change_the_key(
     attrs = {"name": "mlp_trt", "platform": "linux_x86_64"}
     _, first = analyze(monkeypatch, attrs)
     _, other = analyze(monkeypatch, attrs, probe=probe)
+    assert _key(first) != _key(other)
+
+
+@pytest.mark.parametrize("distribution", ["torch", "torch_tensorrt"])
+def test_the_installed_torch_and_torch_tensorrt_versions_change_the_key(
+    monkeypatch: pytest.MonkeyPatch, distribution: str
+) -> None:
+    """They are in the key as distributions (what a machine offers), not as the probe's
+    module versions."""
+    from kiln import machine
+
+    installed = dict(machine.distributions())
+
+    def with_version(version: str) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted({**installed, distribution: version}.items()))
+
+    attrs = {"name": "mlp_trt", "platform": "linux_x86_64"}
+    monkeypatch.setattr(machine, "distributions", lambda: with_version("2.13.0"))
+    _, first = analyze(monkeypatch, attrs)
+    monkeypatch.setattr(machine, "distributions", lambda: with_version("2.13.1"))
+    _, other = analyze(monkeypatch, attrs)
     assert _key(first) != _key(other)
 
 
