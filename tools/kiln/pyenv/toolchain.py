@@ -4,7 +4,15 @@ The roots are torch (and Torch-TensorRT where installed) and the libraries
 kiln's actions import (kiln.action_specs needs pydantic, the loader templates
 jinja2, weights safetensors, and numpy, which torch uses when present); the
 toolchain is their closure by `Requires-Dist`, markers evaluated, extras left
-out. Read with importlib.metadata from the interpreter kiln runs in, which is
+out. TensorRT's runtime comes split into distributions (`tensorrt_rtx_cu13_libs`,
+`..._bindings`) that only its meta package requires, and a Torch-TensorRT
+bundle may hold that meta package's folder without its metadata (the
+TensorRT-RTX one on the H200: `tensorrt_rtx/`, no .dist-info, so
+`import tensorrt_rtx` failed in every environment). So every installed
+`tensorrt*` distribution is a root too, and a requirement no distribution
+provides is linked as the package folder of that name where one lies in a
+site directory ("unlisted" for its version). Read with importlib.metadata from
+the interpreter kiln runs in, which is
 the interpreter Python actions run with: only when an environment is made or
 a lock is resolved, never on a no-op build.
 """
@@ -30,6 +38,9 @@ ROOTS = (
     "pydantic",
     "jinja2",
 )
+# Installed distributions whose names start so are roots too (see above).
+ROOT_FAMILIES = ("tensorrt",)
+UNLISTED = "unlisted"  # the version of a package folder without metadata
 
 
 @dataclass(frozen=True)
@@ -65,7 +76,8 @@ def distributions() -> tuple[Distribution, ...]:
 
     installed = _installed()
     seen: dict[str, metadata.Distribution] = {}
-    stack = [name for name in ROOTS if name in installed]
+    unlisted: dict[str, Path] = {}
+    stack = [n for n in installed if n in ROOTS or n.startswith(ROOT_FAMILIES)]
     while stack:
         name = stack.pop()
         if name in seen:
@@ -79,11 +91,23 @@ def distributions() -> tuple[Distribution, ...]:
             if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
                 continue
             dep = normalized(requirement.name)
-            if dep in installed and dep not in seen:
-                stack.append(dep)
-    return tuple(
-        Distribution(name, dist.version, _entries(dist)) for name, dist in sorted(seen.items())
-    )
+            if dep in installed:
+                if dep not in seen:
+                    stack.append(dep)
+            elif (folder := _package_folder(dep)) is not None:
+                unlisted[dep] = folder
+    found = [Distribution(name, dist.version, _entries(dist)) for name, dist in seen.items()]
+    found += [Distribution(name, UNLISTED, (folder,)) for name, folder in unlisted.items()]
+    return tuple(sorted(found, key=lambda d: d.name))
+
+
+def _package_folder(name: str) -> Path | None:
+    """The importable package `name` (normalized) in a site directory, if one lies there."""
+    module = name.replace("-", "_")
+    for site in site_directories():
+        if (site / module / "__init__.py").is_file():
+            return site / module
+    return None
 
 
 def by_name() -> dict[str, Distribution]:
