@@ -22,6 +22,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -322,10 +323,14 @@ def test_ctrl_c_cancels_remote_tasks_and_caches_nothing(
 
 
 def test_ctrl_c_during_dynamic_kills_both_runs(driver: Driver, tmp_path: Path) -> None:
-    """Each side writes its shell's pid (TMPDIR tells the node's run from the local one)."""
+    """Each side sleeps for a length of its own (TMPDIR tells the node's run from the local
+    one), found in /proc: the local run is sandboxed, so a file it writes lands in its
+    private /tmp, and its shell's $$ is a pid of the sandbox's namespace."""
+    token = f"{zlib.crc32(str(tmp_path).encode()) % 10_000:04d}"  # tests may run at once
+    lengths = {"remote": f"120.{token}1", "here": f"120.{token}2"}
     cmd = (
-        'case "$$TMPDIR" in */worker-*) side=remote ;; *) side=here ;; esac; '
-        f"echo $$$$ > {tmp_path}/$$side; sleep 120; echo late > $@"
+        f'case "$$TMPDIR" in */worker-*) t={lengths["remote"]} ;; *) t={lengths["here"]} ;; '
+        "esac; sleep $$t; echo late > $@"
     )
     driver.write("BUILD", f'genrule(name = "race", outs = ["race.txt"], cmd = {cmd!r})')
     process = driver.start("//:race", "--spawn_strategy=dynamic")
@@ -333,10 +338,9 @@ def test_ctrl_c_during_dynamic_kills_both_runs(driver: Driver, tmp_path: Path) -
     try:
         deadline = time.monotonic() + 120
         while len(pids) < 2 and time.monotonic() < deadline and process.poll() is None:
-            for side in ("here", "remote"):
-                text = (tmp_path / side).read_text() if (tmp_path / side).exists() else ""
-                if text.endswith("\n"):
-                    pids[side] = int(text)
+            for side, length in lengths.items():
+                if side not in pids and (found := _sleeping(length)):
+                    pids[side] = found
             time.sleep(0.1)
         if len(pids) < 2:
             process.kill()
@@ -354,7 +358,7 @@ def test_ctrl_c_during_dynamic_kills_both_runs(driver: Driver, tmp_path: Path) -
             process.kill()
             process.communicate()
         for pid in pids.values():
-            if not _gone(pid):  # still the command's shell: it outlived the build
+            if not _gone(pid):  # still the command's sleep: it outlived the build
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
 
@@ -469,6 +473,16 @@ def _wait_for_pids(marker: Path, process: subprocess.Popen[str]) -> tuple[int, i
         time.sleep(0.1)
     process.kill()
     pytest.fail("the remote action never started")
+
+
+def _sleeping(length: str) -> int | None:
+    """The pid of a `sleep <length>` running on this machine, if one is."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (entry / "cmdline").read_bytes() == f"sleep\0{length}\0".encode():
+                    return int(entry.name)
+    return None
 
 
 def _gone(pid: int) -> bool:
