@@ -51,9 +51,8 @@ def pin(shared: Path) -> None:
         if real and os.path.isdir(real):
             links[os.path.realpath(real)] = str(_link(folder / name, os.path.realpath(real)))
 
-    through_link(
-        _REAL.get("torch", cpp_builder._TORCH_PATH), f"torch-{torch.__version__}-{revision}"
-    )
+    torch_folder = os.path.dirname(torch.__file__)
+    through_link(torch_folder, f"torch-{torch.__version__}-{revision}")
     through_link(sysconfig.get_path("include"), f"python-{python}-include")
     through_link(sysconfig.get_config_var("LIBDIR") or "", f"python-{python}-lib")
 
@@ -82,7 +81,8 @@ def pin(shared: Path) -> None:
         _REAL.setdefault("lib", cpp_extension.TORCH_LIB_PATH), links
     )
     cpp_builder._get_python_related_args = python_related
-    cpp_builder._TORCH_PATH = _through(_REAL.setdefault("torch", cpp_builder._TORCH_PATH), links)
+    if hasattr(cpp_builder, "_TORCH_PATH"):  # the headers' folder of a C++-only package
+        cpp_builder._TORCH_PATH = _through(torch_folder, links)
 
 
 # What pin() replaced, as torch defined it.
