@@ -30,6 +30,7 @@ import operator
 import os
 import sys
 import tempfile
+import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -567,8 +568,17 @@ def _build_gpu(torch: Any, spec: TrtEngineSpec) -> BuildGpu:
 
 
 def _brief(error: BaseException) -> str:
+    """The error in a line; a bare one (`assert` without a message, inside Torch-TensorRT)
+    says where it was raised, the only clue it has."""
     text = str(error).strip()
-    return f"{type(error).__name__}: {text[:2000]}" if text else type(error).__name__
+    if text:
+        return f"{type(error).__name__}: {text[:2000]}"
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return type(error).__name__
+    last = frames[-1]
+    where = "/".join(Path(last.filename).parts[-3:])
+    return f"{type(error).__name__} at {where}:{last.lineno}: {(last.line or '').strip()}"
 
 
 if __name__ == "__main__":
