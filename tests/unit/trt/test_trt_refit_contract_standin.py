@@ -237,3 +237,15 @@ def test_immutable_weights_and_refit_conflict(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(AnalysisError) as error:
         analyze(monkeypatch, {"name": "tiny_trt", "immutable_weights": True}, model=TINY)
     assert str(error.value).endswith("immutable_weights = True builds engines that cannot be refit")
+
+
+def test_a_loaded_program_reaches_refit_without_torch_s_guards_child() -> None:
+    """Real torch: ExportedProgram.module() adds `_guards_fn`, and Torch-TensorRT 2.11's refit
+    took a loaded program with that child for one without inline engines (bare
+    AssertionError on the H200). The module refit gets has no such child."""
+    import torch
+    from kiln.actions.trt_refit import _as_module
+
+    program = torch.export.export(torch.nn.Linear(3, 2), (torch.randn(2, 3),))
+    assert "_guards_fn" in dict(program.module().named_children())
+    assert "_guards_fn" not in dict(_as_module(program).named_children())

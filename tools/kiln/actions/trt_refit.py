@@ -61,7 +61,7 @@ def refitted(
         }
         kwargs, _ = accepted_settings(refit_fn, wanted)
         try:
-            trt_gm = refit_fn(torch_tensorrt.load(refit.compiled), program, **kwargs)
+            trt_gm = refit_fn(_as_module(torch_tensorrt.load(refit.compiled)), program, **kwargs)
         except NotImplementedError as error:  # what @needs_refit raises
             why_not = f"{REFIT} raised {_brief(error)}"
         except Exception as error:
@@ -84,3 +84,21 @@ def refitted(
     )
     how = f"built with the weights, since {why_not}: a change of weights rebuilds the engine"
     return program, trt_gm, passed, dropped, TrtWeights(refit=False, how=how, weights_sha256=digest)
+
+
+def _as_module(compiled: Any) -> Any:
+    """The loaded refittable program as the module refit expects: without guards.
+
+    torch 2.11's ExportedProgram.module() adds a `_guards_fn` child. Torch-TensorRT
+    2.11's refit_module_weights then takes the module for one with TensorRT
+    submodules (a loaded program's engines are inline, in no child), finds none, and
+    fails on a bare `assert settings is not None` (dynamo/_refit.py:339; seen on the
+    H200, 2026-12-01). Without the guards child it takes the inline path."""
+    from torch.export import ExportedProgram
+
+    if not isinstance(compiled, ExportedProgram):
+        return compiled
+    try:
+        return compiled.module(check_guards=False)
+    except TypeError:  # a torch before check_guards adds no guards child either
+        return compiled.module()
