@@ -243,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
                 tool.build()  # up to date with the previous edit
                 table.add(EDIT, tool.name, edit(tool))
             print(f"  {EDIT}: run {i + 1}/{args.runs}", file=sys.stderr, flush=True)
+        # The remote holds what the warm-up built, from sources the edits changed since:
+        # fill it with the current ones, or the first remote run misses (all of it with --runs 1).
+        for tool in tools:
+            tool.build(f"--remote_cache={url}")
         interleaved(table, REMOTE, tools, args.runs, remote)
     finally:
         bazel.shutdown()
