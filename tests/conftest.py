@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
 
 from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    sigint_as_a_terminal_gives_it()
+
+
+def sigint_as_a_terminal_gives_it() -> None:
+    """A run started in the background by a non-interactive shell (`tools/test ... &` in a
+    script, as landing scripts do) inherits SIGINT ignored, and so does every kiln the
+    tests start: each Ctrl-C test then fails (three did in a landing run, none in CI).
+    With a handler installed here, the test process takes Ctrl-C as a foreground job
+    does, and its children start with SIGINT at its default (exec resets handled
+    signals)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
