@@ -69,16 +69,25 @@ def load_package(name: str, root_package: Package, root: str) -> Package:
         # Any package may use it, as rules_python's hub aliases are public.
         "visibility": [PUBLIC],
         "hub": hub.label,
-        "lock": lock_path,
-        "line": found.line,
+        **requirement_attrs(lock, distribution),
+    }
+    label = f"@{repo}//{distribution}:{distribution}"
+    target = Target(label, REQUIREMENT_KIND, attrs, (hub.label,))
+    return Package(name=name, build_file=lock_path, targets={distribution: target}, stamps=stamps)
+
+
+def requirement_attrs(lock: pip_lock.Lock, distribution: str) -> dict[str, object]:
+    """The attributes of `@<repo>//<distribution>` that come from the lock (its line and
+    locked closure): kiln's loading and Bazel's @pip repository (kiln.bazel.pip_repository)
+    make them here, so the model specs of both tools are the same bytes."""
+    return {
+        "lock": lock.path,
+        "line": lock.packages[distribution].line,
         "closure": [
             {"name": p.name, "version": p.version, "hashes": list(p.hashes)}
             for p in lock.closure(distribution)
         ],
     }
-    label = f"@{repo}//{distribution}:{distribution}"
-    target = Target(label, REQUIREMENT_KIND, attrs, (hub.label,))
-    return Package(name=name, build_file=lock_path, targets={distribution: target}, stamps=stamps)
 
 
 def read_lock(root: str, lock_path: str, hub: str) -> pip_lock.Lock:

@@ -23,7 +23,7 @@ import shutil
 import sysconfig
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,16 +93,7 @@ class EnvironmentStore:
         if env.exists() or env.is_symlink():
             shutil.rmtree(env, ignore_errors=True)  # unfinished: no manifest
         provided = toolchain.by_name()
-        install = [p for p in packages if p.name not in provided]
-        for package in packages:
-            have = provided.get(package.name)
-            if have is not None and not _same_release(package.version, have.version):
-                raise PythonEnvError(
-                    f"the lock pins {package.name}=={package.version}, but the toolchain has "
-                    f"{package.name} {have.version} (torch or kiln's actions use it)",
-                    hint=f"lock {package.name}=={have.version.split('+')[0]}: the toolchain's "
-                    "distributions are never replaced",
-                )
+        install = to_install(packages, provided)
         described = _describe(packages)
         self.report(
             f"making the Python environment {env.name[:8]}: the toolchain"
@@ -132,6 +123,23 @@ class EnvironmentStore:
                 ) from None
             raise
         self.report(f"Python environment {env.name[:8]} ready in {time.monotonic() - start:.1f}s")
+
+
+def to_install(
+    packages: Sequence[PythonPackage], provided: dict[str, toolchain.Distribution]
+) -> list[PythonPackage]:
+    """The packages pip installs: those the toolchain does not provide. A locked package
+    the toolchain provides is linked instead, and must be locked at its version."""
+    for package in packages:
+        have = provided.get(package.name)
+        if have is not None and not _same_release(package.version, have.version):
+            raise PythonEnvError(
+                f"the lock pins {package.name}=={package.version}, but the toolchain has "
+                f"{package.name} {have.version} (torch or kiln's actions use it)",
+                hint=f"lock {package.name}=={have.version.split('+')[0]}: the toolchain's "
+                "distributions are never replaced",
+            )
+    return [p for p in packages if p.name not in provided]
 
 
 def _same_release(locked: str, installed: str) -> bool:
@@ -219,21 +227,43 @@ def _write_toolchain_finder(site: Path, entries: list[Path]) -> None:
     (site / "_kiln_toolchain.pth").write_text("import _kiln_toolchain\n", encoding="utf-8")
 
 
-def check_requirements(site: Path, installed: set[str]) -> None:
+def check_requirements(site: Path | Sequence[Path], installed: set[str]) -> None:
     """Every requirement of every installed package is met inside the environment.
 
     The lock's `# via` annotations decide what a package's closure holds; a lock
     that leaves out a dependency would make an environment that fails at import.
+    `site` is the environment's site-packages (holding the toolchain's links), or the
+    folders a closure's packages and the toolchain are installed in (kiln's Bazel @pip).
     """
+    problems = requirement_problems([site] if isinstance(site, Path) else site, installed)
+    if problems:
+        raise incomplete_closure(problems)
+
+
+def incomplete_closure(problems: Sequence[str]) -> PythonEnvError:
+    return PythonEnvError(
+        "the lock's closure is incomplete: " + "; ".join(problems),
+        hint="a package's closure is what the lock's '# via' annotations say: lock again "
+        "(python -m kiln.pyenv.lock requirements.in), or annotate the missing pin "
+        "'# via <the package that requires it>'",
+    )
+
+
+def requirement_problems(
+    paths: Sequence[Path], installed: set[str], provided: Mapping[str, str] | None = None
+) -> list[str]:
+    """What check_requirements reports: each unmet requirement of the `installed`
+    distributions found in `paths`, met by those or by `provided` (name -> version: the
+    toolchain's, where `paths` do not hold its links)."""
     from importlib import metadata
 
     from packaging.requirements import InvalidRequirement, Requirement
 
-    found = {
-        normalized(d.metadata["Name"]): d
-        for d in metadata.distributions(path=[str(site)])
-        if d.metadata["Name"]
-    }
+    found: dict[str, metadata.Distribution] = {}
+    for d in metadata.distributions(path=[str(p) for p in paths]):
+        if d.metadata["Name"]:
+            found.setdefault(normalized(d.metadata["Name"]), d)
+    versions = {**(provided or {}), **{n: d.version for n, d in found.items()}}
     problems: list[str] = []
     for name in sorted(installed):
         dist = found.get(name)
@@ -248,21 +278,14 @@ def check_requirements(site: Path, installed: set[str]) -> None:
             if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
                 continue
             need = normalized(requirement.name)
-            have = found.get(need)
+            have = versions.get(need)
             if have is None:
                 problems.append(f"{name} {dist.version} requires {need}, which it does not hold")
-            elif not requirement.specifier.contains(have.version, prereleases=True):
+            elif not requirement.specifier.contains(have, prereleases=True):
                 problems.append(
-                    f"{name} {dist.version} requires {requirement}, but it holds "
-                    f"{need} {have.version}"
+                    f"{name} {dist.version} requires {requirement}, but it holds {need} {have}"
                 )
-    if problems:
-        raise PythonEnvError(
-            "the lock's closure is incomplete: " + "; ".join(problems),
-            hint="a package's closure is what the lock's '# via' annotations say: lock again "
-            "(python -m kiln.pyenv.lock requirements.in), or annotate the missing pin "
-            "'# via <the package that requires it>'",
-        )
+    return problems
 
 
 def _write_manifest(

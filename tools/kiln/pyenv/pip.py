@@ -37,8 +37,10 @@ def install(
     *,
     find_links: Sequence[str] = (),
     progress: Callable[[str], None] = lambda line: None,
+    compile_bytecode: bool = True,
 ) -> None:
-    """Install exactly `packages` into `target`; a PipError naming the package otherwise."""
+    """Install exactly `packages` into `target`; a PipError naming the package otherwise.
+    Without `compile_bytecode`, no .pyc files (a Bazel repository's files stay sources)."""
     with tempfile.TemporaryDirectory(prefix="kiln-pip-") as tmp:
         pins = Path(tmp) / "requirements.txt"
         pins.write_text("".join(f"{p.requirement}\n" for p in packages), encoding="utf-8")
@@ -59,6 +61,8 @@ def install(
             "-r",
             str(pins),
         ]
+        if not compile_bytecode:
+            argv.append("--no-compile")
         for folder in find_links:
             argv += ["--no-index", "--find-links", folder]
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
