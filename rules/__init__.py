@@ -36,8 +36,7 @@ BAZEL_NATIVE = ("filegroup", "genrule")
 
 # kiln's rules the Bazel rule set has no counterpart of yet, so @kiln//rules:defs.bzl
 # does not export them: a BUILD file that calls one builds with kiln only.
-# docs/python-packages.md ("In Bazel") lists what python_requirements needs there.
-NOT_IN_BAZEL = ("python_requirements",)
+NOT_IN_BAZEL: tuple[str, ...] = ()
 
 # The label a BUILD file shared with Bazel loads kiln's rules from, and what it exports.
 DEFS_BZL = "@kiln//rules:defs.bzl"

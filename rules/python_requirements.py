@@ -109,4 +109,5 @@ RULE = Rule(
         "file; targets name its packages as `@<name>//<distribution>` in their deps."
     ),
     impl=implementation,
+    root_package=True,
 )

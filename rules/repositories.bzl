@@ -7,16 +7,20 @@
     libtorch_repository(name = "libtorch", interpreter = "/opt/venv/bin/python")
     register_toolchains("@kiln_python//:toolchain")
     register_execution_platforms("@kiln_python//:local", "@kiln_python//:all")
+    # a workspace with python_requirements(name = "pip", lock = "requirements_lock.txt"):
+    kiln_pip_repository(name = "pip", lock = "//:requirements_lock.txt", interpreter = "/opt/venv/bin/python")
 """
 
 load(
     "//rules/private:repositories.bzl",
+    _kiln_pip_repository = "kiln_pip_repository",
     _kiln_python_repository = "kiln_python_repository",
     _libtorch_repository = "libtorch_repository",
     _stub_repository = "stub_repository",
 )
 
 kiln_python_repository = _kiln_python_repository
+kiln_pip_repository = _kiln_pip_repository
 libtorch_repository = _libtorch_repository
 
 # Repositories Bazel 4.2.3 fetches from the network as soon as a cc_library, a

@@ -258,12 +258,37 @@ CODE = {
     ],
 }
 
+# What kiln_pip_repository runs to make @pip from a lock, and the kiln files it imports
+# (in the repository), which the repository rule watches: a change of one makes the
+# repository again.
+PIP_REPOSITORY = {
+    "module": "kiln.bazel.pip_repository",
+    "code": [
+        "tools/kiln/__init__.py",
+        "tools/kiln/action_graph.py",
+        "tools/kiln/bazel/__init__.py",
+        "tools/kiln/bazel/pip_repository.py",
+        "tools/kiln/code_digest.py",
+        "tools/kiln/errors.py",
+        "tools/kiln/loading/__init__.py",
+        "tools/kiln/loading/package.py",
+        "tools/kiln/loading/pip_repository.py",
+        "tools/kiln/loading/visibility.py",
+        "tools/kiln/pip_lock.py",
+        "tools/kiln/pyenv/__init__.py",
+        "tools/kiln/pyenv/environment.py",
+        "tools/kiln/pyenv/pip.py",
+        "tools/kiln/pyenv/toolchain.py",
+    ],
+}
+
 # Per rule: its typed attributes, the attributes that select a shape, and a shape
 # (outputs, the files the planner writes, the actions after it, the target's files) per
 # value of those; in file names {name} is the target's name.
 RULES = {
     "torch_model": {
         "doc": "A model: `src` (and `deps`) define `factory` ('module:function') returning an nn.Module; optional `weights`; example `inputs` and `dynamic_dims` for torch.export.",
+        "public": False,
         "labels": {"src": "label", "deps": "label_list", "weights": "label"},
         "outputs": {},
         "key": [],
@@ -286,6 +311,7 @@ RULES = {
     },
     "model_weights": {
         "doc": "Seeded initial weights of a model, saved as safetensors (or a torch state dict).",
+        "public": False,
         "labels": {"src": "label", "deps": "label_list"},
         "outputs": {"out": "output"},
         "key": [],
@@ -339,6 +365,7 @@ RULES = {
     },
     "aoti_package": {
         "doc": "Exports `model` with torch.export and packages it with AOTInductor (or Torch-TensorRT when backend = 'tensorrt'); validates it against eager; emits a C++ loader library.",
+        "public": False,
         "labels": {"model": "label"},
         "outputs": {},
         "key": ["device", "backend", "weights", "validate"],
@@ -1980,6 +2007,7 @@ RULES = {
     },
     "trt_engine": {
         "doc": "A TensorRT engine of `model` for `platform` (linux_x86_64, or windows_x86_64 cross-compiled on Linux): the compiled .ep, the raw engines with a manifest, and a C++ loader over the TensorRT runtime API. Needs a Linux x86-64 host with a CUDA GPU and torch_tensorrt.",
+        "public": False,
         "labels": {"model": "label"},
         "outputs": {},
         "key": [],
@@ -2070,6 +2098,7 @@ RULES = {
     },
     "trt_windows_engine": {
         "doc": "A TensorRT engine of `model` cross-compiled on Linux for Windows x86-64 (torch_tensorrt.dynamo.cross_compile_for_windows): the .ep to load on Windows, the raw engines with a manifest, and a C++ loader (CMake, MSVC). Needs a Linux x86-64 host with a CUDA GPU and a TensorRT with the Windows builder resource.",
+        "public": False,
         "labels": {"model": "label"},
         "outputs": {},
         "key": [],
@@ -2154,6 +2183,27 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": True,
+                "cc": None,
+            },
+        },
+    },
+    "python_requirements": {
+        "doc": "The workspace's lock of third-party Python packages, declared once in the root BUILD file; targets name its packages as `@<name>//<distribution>` in their deps.",
+        "public": True,
+        "labels": {"lock": "label"},
+        "outputs": {},
+        "key": [],
+        "defaults": {},
+        "shapes": {
+            "[]": {
+                "outputs": [],
+                "writes": [],
+                "actions": [],
+                "files": [
+                    {"kind": "attr", "value": "lock"},
+                ],
+                "runfiles": [],
+                "gpu": False,
                 "cc": None,
             },
         },

@@ -32,7 +32,15 @@ KilnInfo = provider(
         "files": "attribute path -> Files: this target's label attributes, and as " +
                  "'attr.sub' those of the kiln targets they name",
         "outputs": "output name ({name} for the target's) -> File",
+        "pip": "distribution -> KilnSiteInfo: the locked packages this target's @pip// deps " +
+               "declare (their closures), which the actions of the kiln targets that depend " +
+               "on it run with too",
     },
+)
+
+KilnPipInfo = provider(
+    doc = "A `@pip//<name>` target (pip.bzl): the installed files of its locked closure.",
+    fields = {"packages": "distribution -> KilnSiteInfo"},
 )
 
 _PYTHON = "//bazel:python_toolchain_type"
@@ -85,6 +93,8 @@ def kiln_macro(rule, kind, name, kwargs):
         if attr_name in kwargs:
             typed[attr_name] = kwargs.pop(attr_name)
     shape = _shape(entry, dict(kwargs, **typed))
+    if entry["public"] and "visibility" not in typed:
+        typed["visibility"] = ["//visibility:public"]  # as kiln finds it: by its name
     if shape and shape["gpu"]:
         # GPU actions run on an execution platform with a CUDA GPU: a REAPI pool's, or
         # the local one kiln_python_repository registers where nvidia-smi finds one.
@@ -166,6 +176,8 @@ def _impl(ctx):
     deps = {}  # attribute -> [KilnInfo]
     graph = {}
     plain = {}  # label -> paths, for what is no kiln target
+    own_pip = {}  # distribution -> KilnSiteInfo: this target's @pip// deps' closures
+    python_env = {}  # and its kiln dependencies': what its Python actions run with
     for name, how in entry["labels"].items():
         value = getattr(ctx.attr, name)
         if how == "label":
@@ -180,9 +192,12 @@ def _impl(ctx):
         for target in targets:
             found = target[DefaultInfo].files.to_list()
             own += found
+            if KilnPipInfo in target:
+                own_pip.update(target[KilnPipInfo].packages)
             if KilnInfo in target:
                 info = target[KilnInfo]
                 graph.update(info.graph)
+                python_env.update(info.pip)
                 deps.setdefault(name, []).append(info)
                 for sub, sub_files in info.files.items():
                     path = name + "." + sub
@@ -209,6 +224,16 @@ def _impl(ctx):
     toolchain = ctx.toolchains[str(Label(_PYTHON))].kiln
     kiln_py = ctx.attr._kiln_py[KilnPyInfo]
     env = dict(ENV, PYTHONPATH = kiln_py.root)
+
+    # A Python action imports the locked packages of the target's @pip// deps and of its
+    # kiln dependencies' (kiln: a model's environment is its packaging's): their files are
+    # inputs, their sites follow kiln's code on the PYTHONPATH. Bazel keys the action by
+    # those files; the planner checks that kiln's rule runs it with the same packages.
+    python_env.update(own_pip)
+    packages = [python_env[n] for n in sorted(python_env)]
+    package_files = depset(transitive = [p.files for p in packages])
+    python_path = ":".join([kiln_py.root] + [p.site for p in packages])
+    pins = ["%s==%s" % (p.name, p.version) for p in packages]
     root = ctx.bin_dir.path
     if ctx.label.workspace_root:
         root += "/" + ctx.label.workspace_root  # kiln.bazel.paths.bazel_output_root
@@ -228,19 +253,24 @@ def _impl(ctx):
         argv, planned_argv = _argv(action["argv"], ctx, outs, files, deps, toolchain.interpreter)
         inputs = _all(action["inputs"], ctx, outs, files, deps)
         outputs = _all(action["outputs"], ctx, outs, files, deps)
+        python = bool(action["argv"] and action["argv"][0].get("python"))
         planned.append({
             "mnemonic": action["mnemonic"],
             "argv": planned_argv,
             "inputs": [f.path for f in inputs],
             "outputs": [f.path for f in outputs],
+            "python_env": pins if python else [],
         })
         code = [kiln_py.files[p] for p in CODE.get(action["module"], [])]
         ctx.actions.run(
             executable = argv[0],
             arguments = argv[1:],
-            inputs = inputs + code + [toolchain.versions],
+            inputs = depset(
+                inputs + code + [toolchain.versions],
+                transitive = [package_files] if python else [],
+            ),
             outputs = outputs,
-            env = dict(action["env"], PYTHONPATH = kiln_py.root),
+            env = dict(action["env"], PYTHONPATH = python_path if python else kiln_py.root),
             mnemonic = action["mnemonic"],
             progress_message = "%s %s" % (action["mnemonic"], label),
             execution_requirements = {"requires-gpu": "1"} if action["gpu"] else {},
@@ -288,7 +318,7 @@ def _impl(ctx):
             runfiles = ctx.runfiles(files = runfiles),
         ),
         OutputGroupInfo(**groups),
-        KilnInfo(graph = graph, files = files, outputs = outs),
+        KilnInfo(graph = graph, files = files, outputs = outs, pip = own_pip),
     ]
 
 def _runfiles_header(ctx, packages):

@@ -1,5 +1,7 @@
 """Repository rules of kiln's Bazel rule set (the public names are in //rules:repositories.bzl)."""
 
+load(":catalogue.bzl", "PIP_REPOSITORY")
+
 # Python and the packages kiln's actions import: their versions are an input of every action.
 _VERSIONS = """
 import json, platform, sys
@@ -143,6 +145,55 @@ libtorch_repository = repository_rule(
     configure = True,  # probes this machine: `bazel sync --configure` runs it again
     doc = "libtorch from the torch wheel: @<name>//:torch, a cc_library of its " +
           "libraries and headers (what @kiln//bazel:libtorch points at by default).",
+)
+
+def _kiln_pip_repository_impl(rctx):
+    python = _interpreter(rctx)
+    lock = rctx.attr.lock
+    if lock.workspace_name:
+        fail("%s: the lock %s must be a file of the main workspace, as kiln reads it" %
+             (rctx.name, lock))
+    workspace = rctx.path(Label("@//:WORKSPACE")).dirname
+    rctx.path(lock)  # watched: an edit of the lock makes the repository again
+    path = "%s/%s" % (lock.package, lock.name) if lock.package else lock.name
+    found = rctx.os.environ.get("KILN_PIP_FIND_LINKS")
+    links = found.split(":") if found else rctx.attr.find_links
+    argv = [python, "-m", PIP_REPOSITORY["module"], "--name", rctx.name, "--root",
+            str(workspace), "--lock", path, "--out", str(rctx.path("."))]
+    for folder in links:
+        argv += ["--find-links", folder if folder.startswith("/") else "%s/%s" % (workspace, folder)]
+    for source in PIP_REPOSITORY["code"]:
+        rctx.path(Label("//:" + source))  # watched: new kiln code makes the repository again
+    tools = str(rctx.path(Label("//:tools/kiln/machine.py")).dirname.dirname)
+    result = rctx.execute(argv, environment = {"PYTHONPATH": tools}, quiet = True)
+    if result.return_code != 0:
+        # kiln's own message (what failed, the package, pip's words, what to do), as
+        # `kiln build` prints it when it makes the same environment.
+        fail("@%s could not be made from %s:\n%s" % (rctx.name, path, result.stderr.strip()))
+
+kiln_pip_repository = repository_rule(
+    implementation = _kiln_pip_repository_impl,
+    attrs = {
+        "lock": attr.label(
+            mandatory = True,
+            allow_single_file = True,
+            doc = "the lock the root BUILD file's python_requirements(name = <this name>) " +
+                  "names: pip requirements pinned ==, with --hash and '# via' annotations",
+        ),
+        "interpreter": attr.string(
+            mandatory = True,
+            doc = "kiln's interpreter, as kiln_python_repository's ($KILN_PYTHON overrides it)",
+        ),
+        "find_links": attr.string_list(
+            doc = "wheelhouses to install from, offline (tools/wheelhouse.sh fills one), " +
+                  "relative to the main workspace; $KILN_PIP_FIND_LINKS (':'-separated) " +
+                  "overrides them. Empty: pip's index",
+        ),
+    },
+    environ = ["KILN_PYTHON", "KILN_PIP_FIND_LINKS"],
+    doc = "@<name>: the locked packages of python_requirements(name = <name>) in the root " +
+          "BUILD file, installed as kiln installs them (the lock's hashes checked, the " +
+          "toolchain's torch never replaced); one target @<name>//<distribution> each.",
 )
 
 def _stub_repository_impl(rctx):

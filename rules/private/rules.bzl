@@ -33,3 +33,9 @@ _trt_windows_engine = rule(**kiln_rule("trt_windows_engine"))
 def trt_windows_engine(name, **kwargs):
     """A TensorRT engine of `model` cross-compiled on Linux for Windows x86-64 (torch_tensorrt.dynamo.cross_compile_for_windows): the .ep to load on Windows, the raw engines with a manifest, and a C++ loader (CMake, MSVC). Needs a Linux x86-64 host with a CUDA GPU and a TensorRT with the Windows builder resource."""
     kiln_macro(_trt_windows_engine, "trt_windows_engine", name, kwargs)
+
+_python_requirements = rule(**kiln_rule("python_requirements"))
+
+def python_requirements(name, **kwargs):
+    """The workspace's lock of third-party Python packages, declared once in the root BUILD file; targets name its packages as `@<name>//<distribution>` in their deps."""
+    kiln_macro(_python_requirements, "python_requirements", name, kwargs)

@@ -73,8 +73,17 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     ),
     "kiln.query": (*LEAVES, "kiln.label", "kiln.loading"),
     # kiln's rules under Bazel: the planning action runs the rules, the generator explores
-    # them; attribute errors are worded by kiln.loading.attr_errors, as kiln words them
-    "kiln.bazel": (*LEAVES, *RECORDS, "kiln.rule_api", "kiln.rules", "kiln.loading"),
+    # them; attribute errors are worded by kiln.loading.attr_errors, as kiln words them;
+    # the @pip repository is made from the lock with kiln.pyenv's pip and checks
+    "kiln.bazel": (
+        *LEAVES,
+        *RECORDS,
+        "kiln.rule_api",
+        "kiln.rules",
+        "kiln.loading",
+        "kiln.pip_lock",
+        "kiln.pyenv",
+    ),
     "kiln.analysis": (
         *LEAVES,
         *RECORDS,

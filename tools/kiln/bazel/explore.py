@@ -172,10 +172,14 @@ class RuleTable:
     defaults: dict[str, Json]  # their values when the BUILD file leaves them out
     shapes: dict[str, RuleShape]  # json.dumps([values of key]) -> shape
     modules: tuple[str, ...]  # the kiln modules its actions run
+    # A root_package rule's targets are found by name from any repository (a
+    # python_requirements target by its @pip's packages): public unless the BUILD says.
+    public: bool = False
 
     def data(self) -> dict[str, Json]:
         return {
             "doc": self.doc,
+            "public": self.public,
             "labels": self.labels,
             "outputs": self.outputs,
             "key": list(self.key),
@@ -365,6 +369,7 @@ class Explorer:
             defaults={a: attrs.defaults[a] for a in key},
             shapes=dict(sorted(shapes.items())),
             modules=tuple(modules),
+            public=rule.root_package,
         )
 
     def dep_kinds(self, rule: Rule) -> dict[str, str]:
@@ -407,7 +412,11 @@ class Explorer:
                 deps[label] = self._fake_dep(kind, path, index, label, known)
         model = rule.attrs.model_validate({"name": name, **values})
         ctx: RuleContext[Any] = RuleContext(
-            rule, f"//{PACKAGE}:{name}", model, deps, _ExampleToolchains(HOST)
+            rule,
+            f"//{'' if rule.root_package else PACKAGE}:{name}",
+            model,
+            deps,
+            _ExampleToolchains(HOST),
         )
         if rule.impl is None:
             raise ShapeError(f"{rule.name} has no implementation")

@@ -36,6 +36,8 @@ from kiln.rules import DEFS_BZL, all_rules, exported_rules
 
 REPO = code_digest.KILN_ROOT.resolve().parent.parent
 PLANNER = "kiln.bazel.plan"
+# What kiln_pip_repository runs to make @pip from a lock (rules/private/repositories.bzl).
+PIP_REPOSITORY = "kiln.bazel.pip_repository"
 # The planner runs any rule of the catalogue, which it imports by name.
 PLANNER_ROOTS = (PLANNER, "kiln.rules.*")
 HEADER = (
@@ -82,6 +84,13 @@ def _catalogue(tables: list[RuleTable]) -> str:
         "ENV": dict(PYTHON_ACTION_ENV),
         "KILN_PY": dict(sorted(sources.items())),
         "CODE": code,
+        "PIP_REPOSITORY": {
+            "module": PIP_REPOSITORY,
+            "code": sorted(
+                p.resolve().relative_to(REPO).as_posix()
+                for p in code_digest.files((PIP_REPOSITORY,))
+            ),
+        },
         "RULES": {t.name: t.data() for t in tables},
     }
     parts = ['"""The data of kiln\'s Bazel rules: read by kiln_rule.bzl (see kiln/bazel/)."""\n']
@@ -91,6 +100,9 @@ def _catalogue(tables: list[RuleTable]) -> str:
         "ENV": "The whole environment of a Python action (kiln.action_graph), PYTHONPATH aside.",
         "KILN_PY": "Every kiln file an action imports: import path -> path in the repository.",
         "CODE": "Per kiln module an action runs: the import paths of the files it imports.",
+        "PIP_REPOSITORY": "What kiln_pip_repository runs to make @pip from a lock, and the kiln "
+        "files it imports (in the repository), which the repository rule watches: a change "
+        "of one makes the repository again.",
         "RULES": "Per rule: its typed attributes, the attributes that select a shape, and a "
         "shape (outputs, the files the planner writes, the actions after it, the target's "
         "files) per value of those; in file names {name} is the target's name.",

@@ -143,6 +143,8 @@ def planned_graph(actions: list[Action], info: DefaultInfo) -> PlannedGraph:
                 argv=tuple(argv),
                 inputs=tuple(sorted({f.path for f in action.inputs})),
                 outputs=tuple(sorted({f.path for f in action.outputs})),
+                # by name, as kiln_rule.bzl sorts them
+                python_env=tuple(f"{p.name}=={p.version}" for p in sorted(action.python_env or ())),
             )
         )
     return PlannedGraph(

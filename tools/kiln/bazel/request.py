@@ -36,6 +36,9 @@ class PlannedAction(Record):
     argv: tuple[str, ...]
     inputs: tuple[str, ...]  # sorted; Bazel adds kiln's code and the toolchain's files
     outputs: tuple[str, ...]  # sorted
+    # The locked packages it runs with ("timm==1.0.31", sorted): the closure of the
+    # target's @pip// deps (Bazel adds their files to the inputs, their sites to PYTHONPATH).
+    python_env: tuple[str, ...]
 
 
 class PlannedGraph(Record):

@@ -113,7 +113,7 @@ class BzlLoader:
             close = difflib.get_close_matches(unknown[0], exported, n=1)
             if unknown[0] in BAZEL_NATIVE:
                 hint = f"{unknown[0]} is Bazel's own rule: call it without load(); {hint}"
-            elif unknown[0] in NOT_IN_BAZEL:
+            elif unknown[0] in NOT_IN_BAZEL:  # none now; a new rule may start there
                 hint = (
                     f"{unknown[0]} is kiln's only (the Bazel rule set has none yet): call it "
                     f"without load(), in a BUILD file kiln alone builds; {hint}"

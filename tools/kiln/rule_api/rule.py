@@ -17,7 +17,8 @@ class Rule:
     `impl(ctx)` turns a target's attributes and its dependencies' providers into
     providers (DefaultInfo among them) and actions; it is None for rules that
     only shape the graph. `toolchains` are the ones `impl` may read through
-    `ctx.toolchain(...)`.
+    `ctx.toolchain(...)`. A `root_package` rule's targets are declared in the root
+    BUILD file only (python_requirements: its repository is found there).
     """
 
     name: str
@@ -25,3 +26,4 @@ class Rule:
     doc: str
     impl: Callable[..., list[object]] | None = None
     toolchains: tuple[Toolchain[Any], ...] = ()
+    root_package: bool = False
