@@ -159,6 +159,14 @@ def _write_package(
     (out / distribution / "BUILD.bazel").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def _empty(out: Path) -> None:
+    for entry in out.iterdir() if out.is_dir() else ():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m kiln.bazel.pip_repository")
     parser.add_argument("--name", required=True, help="the repository: @<name>")
@@ -172,6 +180,7 @@ def main(argv: list[str]) -> int:
             args.name, Path(args.root), args.lock, Path(args.out), args.find_links, sys.executable
         )
     except KilnError as error:
+        _empty(Path(args.out))  # nothing half-made: Bazel makes it again on the next fetch
         sys.stderr.write(f"ERROR: {error.format()}\n")
         return 1
     sys.stdout.write(f"installed {len(installed)}: {' '.join(installed)}\n")

@@ -23,6 +23,7 @@ from pathlib import Path
 from kiln.action_graph import PythonPackage
 from kiln.errors import KilnError
 
+_PINS_FILE = re.compile(r" \(from -r \S*kiln-pip-[^/\s]+/requirements\.txt \(line \d+\)\)")
 _STEP = re.compile(r"^(?:Collecting|Processing|Obtaining)\s+(?P<what>\S+)")
 
 
@@ -99,6 +100,9 @@ def failure(
     said = [line.rstrip() for line in stderr.splitlines() if line.strip()]
     said = [line for line in said if not line.startswith("WARNING:")] or said
     text = "\n".join(said or stdout.strip().splitlines()[-3:])
+    # pip names the line of kiln's temporary pins file: no place the user can look at,
+    # and it differs from one build (and tool) to the next.
+    text = _PINS_FILE.sub("", text)
     culprit = _culprit(packages, text) or _last_step(packages, stdout)
     what = f"{culprit.name}=={culprit.version}" if culprit else "the environment"
     where = f"the wheelhouse {', '.join(find_links)}" if find_links else "pip's index"
