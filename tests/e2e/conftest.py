@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import Workspace
+from tests.e2e.library_examples import LibraryExamples, build_examples
 
 REPO = Path(__file__).resolve().parents[2]
 # The environment before tests/conftest.py gives each test a fresh HOME: the
@@ -42,6 +43,12 @@ def repo_examples() -> Path:
     )
     assert run.returncode == 0, f"kiln build {' '.join(EXAMPLES)} failed:\n{run.stderr}"
     return REPO / "kiln-out" / "models"
+
+
+@pytest.fixture(scope="session")
+def library_examples(tmp_path_factory: pytest.TempPathFactory) -> LibraryExamples:
+    """examples/libraries built by kiln once a session (tests/e2e/library_examples.py)."""
+    return build_examples(tmp_path_factory.mktemp("examples"))
 
 
 @pytest.fixture

@@ -1,64 +1,23 @@
 """examples/libraries/: two timm models and a BERT, declared through the lock, packaged.
 
-The wheels come from tools/wheelhouse.sh (a wheelhouse filled once from the
-lock, checked against its hashes, kept in .wheelhouse/ or $KILN_WHEELHOUSE),
-so the builds make their environments offline. One build of //models/...
-serves every test of this module: about a minute of AOTInductor packaging.
+One kiln build of //models/... (the session's, tests/e2e/library_examples.py: about a
+minute of AOTInductor packaging, offline from the wheelhouse) serves every test here.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples/libraries"
-KILN = [sys.executable, "-m", "kiln"]
+from tests.e2e.library_examples import LibraryExamples as Examples
+
 TARGETS = ("vit_pt2", "resnet_pt2", "bert_pt2")
 
 
-@dataclass
-class Examples:
-    root: Path
-    wheelhouse: Path
-    env: dict[str, str]
-    first: subprocess.CompletedProcess[str]
-
-    def build(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*KILN, "build", "//models/...", f"--pip_find_links={self.wheelhouse}", *args],
-            cwd=self.root,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-
-
-@pytest.fixture(scope="module")
-def examples(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Examples]:
-    wheelhouse = Path(os.environ.get("KILN_WHEELHOUSE", REPO / ".wheelhouse"))
-    subprocess.run(
-        [REPO / "tools/wheelhouse.sh", EXAMPLES / "requirements_lock.txt", wheelhouse],
-        check=True,
-        env=dict(os.environ, KILN_PYTHON=sys.executable),
-    )
-    base = tmp_path_factory.mktemp("examples")
-    root = base / "examples"
-    shutil.copytree(EXAMPLES, root, ignore=shutil.ignore_patterns("kiln-out"))
-    env = dict(os.environ, XDG_CACHE_HOME=str(base / "cache"), HOME=str(base))
-    workspace = Examples(root, wheelhouse, env, subprocess.CompletedProcess([], 0))
-    workspace.first = workspace.build()
-    assert workspace.first.returncode == 0, workspace.first.stderr
-    yield workspace
+@pytest.fixture
+def examples(library_examples: Examples) -> Examples:
+    return library_examples
 
 
 @pytest.mark.parametrize("name", TARGETS)
