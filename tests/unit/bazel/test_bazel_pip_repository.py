@@ -106,3 +106,14 @@ def test_a_bad_lock_line_is_refused_with_its_line(
     assert code == 1
     assert err.startswith("ERROR: requirements_lock.txt:1")
     assert "Traceback" not in err
+
+
+def test_a_package_that_would_shadow_torch_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wheels = tmp_path / "wheels"
+    _, fake = make_wheel(wheels, "nottorch", "1.0", {"torch/__init__.py": ""})
+    _lock(tmp_path, {"nottorch": (fake, ())})
+    code, err = _make(tmp_path, wheels, capsys)
+    assert code == 1
+    assert "a locked package installs 'torch', which the toolchain's torch provides" in err

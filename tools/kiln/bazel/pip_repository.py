@@ -14,7 +14,8 @@ toolchain's interpreter. It does what kiln does to make a Python environment
   - every other one is installed by kiln.pyenv.pip: `pip install --target --no-deps
     --require-hashes --only-binary=:all:`, offline from `--find-links`, so pip resolves
     nothing, replaces nothing (torch least of all) and refuses a wheel whose digest is
-    not the lock's; a failure names the package and quotes pip;
+    not the lock's; a failure names the package and quotes pip; none may install a
+    top-level name of the toolchain's (it would shadow torch on the PYTHONPATH);
   - the closure of every locked package must hold what its packages require (the
     lock's `# via` annotations, as kiln checks an environment).
 
@@ -63,6 +64,7 @@ def make(
     try:
         pip.install(python, install, staging, find_links=find_links, compile_bytecode=False)
         _split(staging, out, installed)
+        _check_toolchain_names(out, installed, provided)
         _check_closures(lock, out, installed, provided)
     except pip.PipError as error:
         raise KilnError(
@@ -101,6 +103,21 @@ def _split(staging: Path, out: Path, installed: set[str]) -> None:
             if source.is_file() or source.is_symlink():
                 (site / path).parent.mkdir(parents=True, exist_ok=True)
                 os.replace(source, site / path)
+
+
+def _check_toolchain_names(
+    out: Path, installed: set[str], provided: dict[str, toolchain.Distribution]
+) -> None:
+    """No installed package holds a top-level name of the toolchain (a `torch/` folder):
+    on the actions' PYTHONPATH it would come before the toolchain's, as kiln refuses to
+    link one over the toolchain's in an environment."""
+    owners = {e.name: d.name for d in provided.values() for e in d.entries}
+    owners.setdefault("kiln", "kiln")
+    for name in sorted(installed):
+        for entry in sorted((out / name / SITE).iterdir()):
+            owner = owners.get(entry.name)
+            if owner is not None:
+                raise environment.toolchain_clash(entry.name, owner)
 
 
 def _check_closures(

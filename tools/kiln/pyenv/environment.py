@@ -179,14 +179,19 @@ def _link_toolchain(site: Path, provided: dict[str, toolchain.Distribution]) -> 
             continue  # a namespace folder several distributions share (nvidia/)
         if dest.exists() or dest.is_symlink():
             owner = next((d.name for d in provided.values() if entry in d.entries), "kiln")
-            raise PythonEnvError(
-                f"a locked package installs '{entry.name}', which the toolchain's {owner} "
-                "provides: the toolchain's files are never replaced",
-                hint="leave that package out of the lock, or lock the toolchain's version",
-            )
+            raise toolchain_clash(entry.name, owner)
         dest.symlink_to(entry, target_is_directory=entry.is_dir())
         linked.add(entry.name)
     _write_toolchain_finder(site, entries)
+
+
+def toolchain_clash(entry: str, owner: str) -> PythonEnvError:
+    """A locked package installs `entry`, a top-level name of the toolchain's `owner`."""
+    return PythonEnvError(
+        f"a locked package installs '{entry}', which the toolchain's {owner} "
+        "provides: the toolchain's files are never replaced",
+        hint="leave that package out of the lock, or lock the toolchain's version",
+    )
 
 
 # Imported by a .pth at start-up: the toolchain's modules are imported from where they are
