@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
 import pytest
 
-from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace
+from tests.kiln_workspace import MakeWorkspace, Workspace
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -50,13 +51,20 @@ def make_workspace(
     """make_workspace({path: text}) -> a workspace under tmp_path; WORKSPACE is added."""
     count = 0
 
-    def make(files: dict[str, str]) -> FixtureWorkspace:
+    def make(files: dict[str, str]) -> Workspace:
         nonlocal count
         count += 1
         root = tmp_path / f"ws{count}"
         root.mkdir()
-        workspace = FixtureWorkspace(root, monkeypatch, capsys)
-        workspace.write({"WORKSPACE": "", **files})
+        workspace = Workspace(root, dict(os.environ), capsys, monkeypatch)
+        for path, text in {"WORKSPACE": "", **files}.items():
+            workspace.write(path, text)
         return workspace
 
     return make
+
+
+@pytest.fixture
+def ws(make_workspace: MakeWorkspace) -> Workspace:
+    """An empty workspace (its WORKSPACE file only)."""
+    return make_workspace({})

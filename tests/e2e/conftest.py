@@ -5,12 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Workspace
 from tests.e2e.library_examples import LibraryExamples, build_examples
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,18 +47,3 @@ def repo_examples() -> Path:
 def library_examples(tmp_path_factory: pytest.TempPathFactory) -> LibraryExamples:
     """examples/libraries built by kiln once a session (tests/e2e/library_examples.py)."""
     return build_examples(tmp_path_factory.mktemp("examples"))
-
-
-@pytest.fixture
-def ws(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Workspace]:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "WORKSPACE").write_text("")
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    env = dict(os.environ, HOME=str(home), XDG_CACHE_HOME=str(tmp_path / "cache"))
-    yield Workspace(root, env, capsys, monkeypatch)

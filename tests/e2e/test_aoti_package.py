@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import ModelWorkspace, model_workspace
+from tests.kiln_workspace import ModelWorkspace, model_workspace
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import threading
@@ -26,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import KILN, Workspace
+from tests.kiln_workspace import KILN, Workspace
 
 PACKAGES = 6
 TRIALS = int(os.environ.get("KILN_SOAK_TRIALS", "200"))
@@ -106,7 +105,7 @@ def _build(ws: Workspace, root: Path | None = None, env: dict[str, str] | None =
 @pytest.mark.timeout(900)
 def test_sigkill_at_random_moments_never_corrupts(ws: Workspace, tmp_path: Path) -> None:
     _workspace(ws)
-    cache = tmp_path / "cache" / "kiln"
+    cache = ws.disk_cache
     store = _Store(cache)
     rng = random.Random(1234)
     _build(ws)
@@ -137,8 +136,7 @@ def test_sigkill_at_random_moments_never_corrupts(ws: Workspace, tmp_path: Path)
     store.check()
 
     # The same sources built from scratch in a fresh clone with a fresh cache.
-    clone = tmp_path / "clone"
-    shutil.copytree(ws.root, clone, ignore=shutil.ignore_patterns("kiln-out"))
+    clone = ws.copy("clone").root
     _build(ws, clone, dict(ws.env, XDG_CACHE_HOME=str(tmp_path / "fresh-cache")))
     for path in (clone / "kiln-out").rglob("*"):
         if path.is_file():
@@ -175,7 +173,7 @@ def test_ctrl_c_stops_the_build_with_exit_8_and_one_line(
         deadline = time.monotonic() + 60
         # The command runs (it wrote its marker in its execroot): a loaded machine may take
         # seconds to get there.
-        while not list((tmp_path / "cache").rglob("execroot/*/started")):
+        while not list(Path(ws.env["XDG_CACHE_HOME"]).rglob("execroot/*/started")):
             assert time.monotonic() < deadline, "the action never started"
             assert process.poll() is None, process.communicate()
             time.sleep(0.05)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import KILN, Run, Workspace
+from tests.kiln_workspace import KILN, Run, Workspace
 from tests.nginx_cache import nginx_cache
 
 BUILD = """
@@ -33,7 +33,7 @@ def workspace(ws: Workspace) -> Workspace:
 
 def blob_of(ws: Workspace, path: str) -> Path:
     digest = hashlib.sha256((ws.root / path).read_bytes()).hexdigest()
-    return Path(ws.env["XDG_CACHE_HOME"]) / "kiln" / "cas" / digest[:2] / digest
+    return ws.disk_cache / "cas" / digest[:2] / digest
 
 
 def write_in_place(path: Path, data: bytes) -> None:
@@ -83,9 +83,7 @@ def test_a_damaged_blob_is_never_uploaded(ws: Workspace, tmp_path: Path) -> None
         assert run.code == 0, run.err
         for blob in (server.root / "cas").iterdir():
             assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name
-        fresh = ws.root.parent / "fresh"
-        shutil.copytree(ws.root, fresh, ignore=shutil.ignore_patterns("kiln-out"))
-        other = Workspace(fresh, ws.env, ws.capsys, ws.monkeypatch)
+        other = ws.copy("fresh")
         got = other.kiln("build", "//pkg:b", remote, f"--disk_cache={tmp_path / 'other'}")
         assert got.code == 0, got.err
         assert (other.out("pkg/a.txt"), other.out("pkg/b.txt")) == ("hello\n", "hello\n" * 2)
@@ -99,7 +97,7 @@ def test_a_blob_gone_behind_an_up_to_date_output_is_put_back_from_kiln_out(
     'ERROR: blob <hash>/<size> is not in the local cache', until `kiln clean`."""
     workspace(ws)
     assert ws.kiln("build", "//pkg:b").code == 0
-    shutil.rmtree(Path(ws.env["XDG_CACHE_HOME"]) / "kiln" / "cas")
+    shutil.rmtree(ws.disk_cache / "cas")
     ws.write("pkg/BUILD", BUILD.replace("$< $< > $@", "$< $< $< > $@"))  # b runs, reading a
     run = ws.kiln("build", "//pkg:b")
     assert run.code == 0, run.err
@@ -111,7 +109,7 @@ def test_a_blob_gone_behind_an_up_to_date_output_is_put_back_from_kiln_out(
 def test_a_blob_gone_and_its_kiln_out_file_edited_reruns_the_producer(ws: Workspace) -> None:
     workspace(ws)
     assert ws.kiln("build", "//pkg:b").code == 0
-    shutil.rmtree(Path(ws.env["XDG_CACHE_HOME"]) / "kiln" / "cas")
+    shutil.rmtree(ws.disk_cache / "cas")
     write_in_place(ws.root / "kiln-out/pkg/a.txt", b"j")
     ws.write("pkg/BUILD", BUILD.replace("$< $< > $@", "$< $< $< > $@"))
     run = ws.kiln("build", "//pkg:b")

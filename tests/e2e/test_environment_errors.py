@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import KILN, Run, Workspace
+from tests.kiln_workspace import KILN, Run, Workspace
 
 BUILD = 'genrule(name = "x", srcs = ["in.txt"], outs = ["x.out"], cmd = "cat $< > $@")\n'
 

@@ -9,7 +9,7 @@ build places them again from the cache without running anything.
 
 from __future__ import annotations
 
-from tests.e2e.harness import Workspace
+from tests.kiln_workspace import Workspace
 
 BUILD = """
 genrule(name = "a", srcs = ["a.txt"], outs = ["a.out"], cmd = "cp $< $@")

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from kiln.loading import package
 
-from tests.e2e.harness import Workspace
+from tests.kiln_workspace import Workspace
 
 CHAIN = """
 genrule(name = "a", srcs = ["a.txt"], outs = ["a.out"], cmd = "tr a-z A-Z < $< > $@")
@@ -197,7 +197,7 @@ def test_clean_expunge_removes_this_workspaces_state_and_never_the_shared_disk_c
     touches --disk_cache."""
     chain(ws)
     ws.kiln("build", "//app:d")
-    base = next((ws.root.parent / "cache" / "kiln" / "workspaces").iterdir())
+    base = next((ws.disk_cache / "workspaces").iterdir())
     assert (base / "action-state.pickle").exists()
     run = ws.kiln("clean", "--expunge")
     assert run.code == 0

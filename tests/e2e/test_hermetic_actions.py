@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.e2e.harness import KILN, Workspace
+from tests.kiln_workspace import KILN, Workspace
 
 
 def test_chmod_x_of_an_input_reruns_the_action(ws: Workspace) -> None:

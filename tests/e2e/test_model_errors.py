@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import BuildResult
 from tests.e2e.test_aoti_package import REPO, ModelWorkspace, make_workspace
+from tests.kiln_workspace import BuildResult
 
 TRAPS = {
     # name: (factory, inputs, dynamic dims)

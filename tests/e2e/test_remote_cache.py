@@ -20,8 +20,8 @@ from buildgrid.common.protos.build.bazel.remote.execution.v2 import (
     remote_execution_pb2 as re_pb2,
 )
 
-from tests.e2e.harness import Run, Workspace
 from tests.fake_http_cache import fake_http_cache
+from tests.kiln_workspace import Run, Workspace
 from tests.nginx_cache import NginxCache, nginx_cache
 
 BUILD = """
@@ -50,17 +50,16 @@ def server(tmp_path: Path) -> Iterator[NginxCache]:
         yield server
 
 
-def _clone(ws: Workspace, name: str) -> Workspace:
-    root = ws.root.parent / name
-    shutil.copytree(ws.root, root, ignore=shutil.ignore_patterns("kiln-out"))
-    return Workspace(root, ws.env, ws.capsys, ws.monkeypatch)
-
-
 @pytest.fixture
 def clones(ws: Workspace) -> tuple[Workspace, Workspace]:
     ws.write("app/BUILD", BUILD)
     ws.write("app/a.txt", "hello\n")
-    return ws, _clone(ws, "clone")
+    return ws, ws.copy("clone")
+
+
+def _local_cache(ws: Workspace) -> Path:
+    """The clone's own local cache, beside it."""
+    return ws.root.parent / f"{ws.root.name}-cache"
 
 
 def build(ws: Workspace, url: str, *flags: str) -> Run:
@@ -68,7 +67,7 @@ def build(ws: Workspace, url: str, *flags: str) -> Run:
     return ws.kiln(
         "build",
         "//app:all",
-        f"--disk_cache={ws.root.parent / (ws.root.name + '-cache')}",
+        f"--disk_cache={_local_cache(ws)}",
         f"--remote_cache={url}",
         "--remote_timeout=5",
         *flags,
@@ -272,7 +271,7 @@ def test_an_auth_header_the_server_requires(
         refused = build(first, server.url)
         assert refused.code == 0
         assert "HTTP 401 Unauthorized" in _warnings(refused)[0]
-        shutil.rmtree(first.root.parent / "ws-cache")
+        shutil.rmtree(_local_cache(first))
         shutil.rmtree(first.root / "kiln-out")
         header = f"--remote_header=Authorization=Bearer {TOKEN}"
         assert build(first, server.url, header).executed == 5

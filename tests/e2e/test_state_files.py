@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from kiln.cli.session import Session, StartupOptions
 
-from tests.e2e.harness import Workspace
+from tests.kiln_workspace import Workspace
 
 BUILD = 'genrule(name = "g", srcs = ["in.txt"], outs = ["g.txt"], cmd = "cat $< > $@")\n'
 

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.harness import BuildResult
 from tests.e2e.test_aoti_package import REPO, ModelWorkspace, make_workspace
+from tests.kiln_workspace import BuildResult
 
 TESTS_MODELS = REPO / "tests" / "models"
 

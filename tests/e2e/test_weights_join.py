@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import BuildResult, ModelWorkspace, model_workspace
+from tests.kiln_workspace import BuildResult, ModelWorkspace, model_workspace
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from tests.e2e.harness import Workspace
+from tests.kiln_workspace import Workspace
 
 SLOW = 'genrule(name = "slow", outs = ["slow.out"], cmd = "sleep 3; echo done > $@")\n'
 FAST = 'genrule(name = "fast", outs = ["fast.out"], cmd = "echo fast > $@")\n'
@@ -14,7 +14,7 @@ def _wait_for_lock_holder(ws: Workspace) -> None:
     # The first build holds the lock once its execroot appears.
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        if list((ws.root.parent / "cache").rglob("execroot/*")):
+        if list(ws.disk_cache.rglob("execroot/*")):
             return
         time.sleep(0.05)
     raise AssertionError("first build never started executing")

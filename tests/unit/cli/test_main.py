@@ -9,7 +9,7 @@ import click
 import pytest
 from kiln.cli.commands import COMMANDS
 
-from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace
+from tests.kiln_workspace import MakeWorkspace, Workspace
 
 FILES = {
     "app/BUILD": """\
@@ -23,14 +23,14 @@ FILES = {
 
 
 @pytest.fixture
-def ws(make_workspace: MakeWorkspace) -> FixtureWorkspace:
+def ws(make_workspace: MakeWorkspace) -> Workspace:
     return make_workspace(FILES)
 
 
 # -- exit codes and messages ---------------------------------------------------
 
 
-def test_help_and_version_exit_0(ws: FixtureWorkspace) -> None:
+def test_help_and_version_exit_0(ws: Workspace) -> None:
     assert ws.kiln("help").code == 0
     assert ws.kiln().out.startswith("Usage: kiln")
     version = ws.kiln("version")
@@ -47,16 +47,14 @@ def test_help_and_version_exit_0(ws: FixtureWorkspace) -> None:
         (["query", "--output=yaml", "//..."], "ERROR: kiln query: Invalid value for '--output'"),
     ],
 )
-def test_usage_errors_exit_1_with_one_message(
-    ws: FixtureWorkspace, args: list[str], message: str
-) -> None:
+def test_usage_errors_exit_1_with_one_message(ws: Workspace, args: list[str], message: str) -> None:
     result = ws.kiln(*args)
     assert result.code == 1
     assert result.err.startswith(message)
     assert "Traceback" not in result.err
 
 
-def test_outside_a_workspace_is_a_user_error(tmp_path: Path, ws: FixtureWorkspace) -> None:
+def test_outside_a_workspace_is_a_user_error(tmp_path: Path, ws: Workspace) -> None:
     outside = tmp_path / "nowhere"
     outside.mkdir()
     with ws.monkeypatch.context() as patch:
@@ -69,7 +67,7 @@ def test_outside_a_workspace_is_a_user_error(tmp_path: Path, ws: FixtureWorkspac
 
 
 def test_a_bug_in_kiln_exits_2_with_a_traceback(
-    ws: FixtureWorkspace, monkeypatch: pytest.MonkeyPatch
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def explode(*args: object) -> None:
         raise ZeroDivisionError("boom")
@@ -82,7 +80,7 @@ def test_a_bug_in_kiln_exits_2_with_a_traceback(
 
 
 def test_ctrl_c_exits_8_with_one_line_not_a_traceback(
-    ws: FixtureWorkspace, monkeypatch: pytest.MonkeyPatch
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def interrupted(*args: object) -> None:
         raise KeyboardInterrupt  # click turns it into Abort inside a command
@@ -97,7 +95,7 @@ def test_ctrl_c_exits_8_with_one_line_not_a_traceback(
 # -- the command table: help, close matches, rc inheritance ---------------------
 
 
-def test_help_lists_the_commands_of_the_table(ws: FixtureWorkspace) -> None:
+def test_help_lists_the_commands_of_the_table(ws: Workspace) -> None:
     lines = ws.kiln("help").out.splitlines()
     listed = [line.split(None, 1) for line in lines if line.startswith("  ")]
     assert listed == [[command.name, command.help] for command in COMMANDS]  # and no `test`
@@ -105,7 +103,7 @@ def test_help_lists_the_commands_of_the_table(ws: FixtureWorkspace) -> None:
 
 @pytest.mark.parametrize("args", [["help", "clean"], ["clean", "--help"]])
 def test_help_of_a_command_prints_its_options_outside_a_workspace(
-    tmp_path: Path, ws: FixtureWorkspace, args: list[str]
+    tmp_path: Path, ws: Workspace, args: list[str]
 ) -> None:
     with ws.monkeypatch.context() as patch:
         patch.setattr(ws, "root", tmp_path)
@@ -115,7 +113,7 @@ def test_help_of_a_command_prints_its_options_outside_a_workspace(
     assert "--expunge" in result.out and "--nolock_wait" in result.out
 
 
-def test_help_of_a_rule_prints_its_attributes(ws: FixtureWorkspace) -> None:
+def test_help_of_a_rule_prints_its_attributes(ws: Workspace) -> None:
     from kiln.cli import rule_help
 
     result = ws.kiln("help", "genrule")
@@ -154,18 +152,16 @@ def test_every_option_of_every_command_has_help_text() -> None:
         ),
     ],
 )
-def test_a_mistyped_name_gets_the_close_match(
-    ws: FixtureWorkspace, args: list[str], err: str
-) -> None:
+def test_a_mistyped_name_gets_the_close_match(ws: Workspace, args: list[str], err: str) -> None:
     result = ws.kiln(*args)
     assert (result.code, result.err) == (1, err)
 
 
 def test_build_rc_options_reach_clean_and_info_which_drop_what_they_do_not_take(
-    ws: FixtureWorkspace, tmp_path: Path
+    ws: Workspace, tmp_path: Path
 ) -> None:
     cache = tmp_path / "shared-cache"
-    ws.write({".kilnrc": f"build --jobs=2 --keep_going\nbuild --disk_cache {cache}\n"})
+    ws.write(".kilnrc", f"build --jobs=2 --keep_going\nbuild --disk_cache {cache}\n")
     (cache / "cas").mkdir(parents=True)
     info = ws.kiln("info", "release")
     assert (info.code, info.out) == (0, "kiln 0.1.0\n"), info.err
@@ -175,18 +171,18 @@ def test_build_rc_options_reach_clean_and_info_which_drop_what_they_do_not_take(
 
 
 def test_startup_lines_set_startup_options_the_command_line_overrides(
-    ws: FixtureWorkspace, tmp_path: Path
+    ws: Workspace, tmp_path: Path
 ) -> None:
     """`startup --output_base=DIR` in .kilnrc, as Bazel reads it: no need to type it."""
-    ws.write({".kilnrc": f"startup --output_base={tmp_path / 'base'}\n"})
+    ws.write(".kilnrc", f"startup --output_base={tmp_path / 'base'}\n")
     info = ws.kiln("info", "output_base")
     assert (info.code, info.out) == (0, f"{tmp_path / 'base'}\n"), info.err
     given = ws.kiln(f"--output_base={tmp_path / 'other'}", "info", "output_base")
     assert given.out == f"{tmp_path / 'other'}\n"
 
 
-def test_a_startup_line_cannot_choose_the_rc_files(ws: FixtureWorkspace) -> None:
-    ws.write({".kilnrc": "startup --nohome_rc\n"})
+def test_a_startup_line_cannot_choose_the_rc_files(ws: Workspace) -> None:
+    ws.write(".kilnrc", "startup --nohome_rc\n")
     result = ws.kiln("info", "release")
     assert result.code == 1
     assert result.err.startswith(
@@ -195,16 +191,16 @@ def test_a_startup_line_cannot_choose_the_rc_files(ws: FixtureWorkspace) -> None
     )
 
 
-def test_common_disk_cache_is_the_one_info_shows(ws: FixtureWorkspace, tmp_path: Path) -> None:
-    ws.write({".kilnrc": f"common --disk_cache={tmp_path / 'shared'}\n"})
+def test_common_disk_cache_is_the_one_info_shows(ws: Workspace, tmp_path: Path) -> None:
+    ws.write(".kilnrc", f"common --disk_cache={tmp_path / 'shared'}\n")
     info = ws.kiln("info", "disk_cache")
     assert (info.code, info.out) == (0, f"{tmp_path / 'shared'}\n"), info.err
 
 
 def test_an_unknown_option_on_the_commands_own_rc_line_is_still_an_error(
-    ws: FixtureWorkspace,
+    ws: Workspace,
 ) -> None:
-    ws.write({".kilnrc": "build --jobs=2\nclean --jobs=2\n"})
+    ws.write(".kilnrc", "build --jobs=2\nclean --jobs=2\n")
     result = ws.kiln("clean")
     assert result.code == 1
     assert result.err.startswith(
@@ -231,12 +227,12 @@ def test_an_unknown_option_on_the_commands_own_rc_line_is_still_an_error(
     ],
 )
 def test_working_directory_sets_the_current_package(
-    ws: FixtureWorkspace, cwd: str, pattern: str, expected: list[str]
+    ws: Workspace, cwd: str, pattern: str, expected: list[str]
 ) -> None:
     assert ws.query(pattern, cwd=cwd) == expected
 
 
-def test_relative_pattern_naming_nothing_is_an_error(ws: FixtureWorkspace) -> None:
+def test_relative_pattern_naming_nothing_is_an_error(ws: Workspace) -> None:
     result = ws.kiln("query", "nothing/here", cwd="app")
     assert result.code == 1
     assert result.err == (
@@ -248,59 +244,59 @@ def test_relative_pattern_naming_nothing_is_an_error(ws: FixtureWorkspace) -> No
 # -- rc files through `kiln query` ----------------------------------------------
 
 
-def test_workspace_rc_query_option_takes_effect(ws: FixtureWorkspace) -> None:
-    ws.write({".kilnrc": "query --output=json\n"})
+def test_workspace_rc_query_option_takes_effect(ws: Workspace) -> None:
+    ws.write(".kilnrc", "query --output=json\n")
     result = ws.kiln("query", "//lib")
     assert result.code == 0, result.err
     assert [t["label"] for t in json.loads(result.out)] == ["//lib:lib"]
 
 
-def test_command_line_option_overrides_the_rc_file(ws: FixtureWorkspace) -> None:
-    ws.write({".kilnrc": "query --output=json\n"})
+def test_command_line_option_overrides_the_rc_file(ws: Workspace) -> None:
+    ws.write(".kilnrc", "query --output=json\n")
     assert ws.query("//lib", "--output=label") == ["//lib:lib"]
 
 
-def test_home_rc_is_read_after_the_workspace_rc(ws: FixtureWorkspace, home: Path) -> None:
-    ws.write({".kilnrc": "query --output=json\n"})
+def test_home_rc_is_read_after_the_workspace_rc(ws: Workspace, home: Path) -> None:
+    ws.write(".kilnrc", "query --output=json\n")
     (home / ".kilnrc").write_text("query --output=label_kind\n")
     assert ws.query("//lib") == ["filegroup rule //lib:lib"]
 
 
-def test_nohome_rc_skips_the_home_rc(ws: FixtureWorkspace, home: Path) -> None:
+def test_nohome_rc_skips_the_home_rc(ws: Workspace, home: Path) -> None:
     (home / ".kilnrc").write_text("query --output=label_kind\n")
     result = ws.kiln("--nohome_rc", "query", "//lib")
     assert (result.code, result.out) == (0, "//lib:lib\n")
 
 
-def test_noworkspace_rc_skips_the_workspace_rc(ws: FixtureWorkspace) -> None:
-    ws.write({".kilnrc": "query --output=label_kind\n"})
+def test_noworkspace_rc_skips_the_workspace_rc(ws: Workspace) -> None:
+    ws.write(".kilnrc", "query --output=label_kind\n")
     result = ws.kiln("--noworkspace_rc", "query", "//lib")
     assert (result.code, result.out) == (0, "//lib:lib\n")
 
 
-def test_config_selects_config_lines(ws: FixtureWorkspace) -> None:
-    ws.write({".kilnrc": "query:kinds --output=label_kind\n"})
+def test_config_selects_config_lines(ws: Workspace) -> None:
+    ws.write(".kilnrc", "query:kinds --output=label_kind\n")
     assert ws.query("//lib") == ["//lib:lib"]
     assert ws.query("//lib", "--config=kinds") == ["filegroup rule //lib:lib"]
 
 
-def test_build_lines_do_not_reach_query(ws: FixtureWorkspace) -> None:
-    ws.write({".kilnrc": "build --jobs=4\nbuild:ci --keep_going\n"})
+def test_build_lines_do_not_reach_query(ws: Workspace) -> None:
+    ws.write(".kilnrc", "build --jobs=4\nbuild:ci --keep_going\n")
     assert ws.query("//lib") == ["//lib:lib"]
 
 
-def test_common_options_a_command_does_not_know_are_dropped(ws: FixtureWorkspace) -> None:
-    ws.write({".kilnrc": "common --keep_going\ncommon --output=label_kind\n"})
+def test_common_options_a_command_does_not_know_are_dropped(ws: Workspace) -> None:
+    ws.write(".kilnrc", "common --keep_going\ncommon --output=label_kind\n")
     assert ws.query("//lib") == ["filegroup rule //lib:lib"]
 
 
-def test_common_options_keep_or_drop_their_separate_values(ws: FixtureWorkspace) -> None:
-    ws.write({".kilnrc": "common --jobs 4\ncommon --output label_kind\n"})
+def test_common_options_keep_or_drop_their_separate_values(ws: Workspace) -> None:
+    ws.write(".kilnrc", "common --jobs 4\ncommon --output label_kind\n")
     assert ws.query("//lib") == ["filegroup rule //lib:lib"]
 
 
-def test_unknown_rc_option_names_the_rc_line(ws: FixtureWorkspace) -> None:
-    ws.write({".kilnrc": "# options\nquery --bogus\n"})
+def test_unknown_rc_option_names_the_rc_line(ws: Workspace) -> None:
+    ws.write(".kilnrc", "# options\nquery --bogus\n")
     result = ws.kiln("query", "//lib")
     assert result.code == 1
     assert result.err == (
@@ -309,25 +305,25 @@ def test_unknown_rc_option_names_the_rc_line(ws: FixtureWorkspace) -> None:
     )
 
 
-def test_bad_rc_line_is_a_located_error(ws: FixtureWorkspace) -> None:
-    ws.write({".kilnrc": "qeury --output=json\n"})
+def test_bad_rc_line_is_a_located_error(ws: Workspace) -> None:
+    ws.write(".kilnrc", "qeury --output=json\n")
     result = ws.kiln("query", "//lib")
     assert result.code == 1
     assert result.err.startswith(f"ERROR: {ws.root / '.kilnrc'}:1: unknown command 'qeury'")
 
 
 def test_verbose_failures_from_the_rc_file_shows_the_starlark_stack(
-    ws: FixtureWorkspace,
+    ws: Workspace,
 ) -> None:
-    ws.write({"bad/BUILD": "filegroup(name = 1)\n"})
+    ws.write("bad/BUILD", "filegroup(name = 1)\n")
     assert "Traceback" not in ws.kiln("query", "//bad:all").err
-    ws.write({".kilnrc": "query --verbose_failures\n"})
+    ws.write(".kilnrc", "query --verbose_failures\n")
     result = ws.kiln("query", "//bad:all")
     assert result.code == 1
     assert "* bad/BUILD:1, in <module>" in result.err  # the Starlark stack, not Python's
 
 
-def test_undecodable_kilnignore_is_a_user_error(ws: FixtureWorkspace) -> None:
+def test_undecodable_kilnignore_is_a_user_error(ws: Workspace) -> None:
     (ws.root / ".kilnignore").write_bytes(b"\xff\n")
     result = ws.kiln("query", "//...")
     assert result.code == 1

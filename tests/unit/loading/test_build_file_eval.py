@@ -9,7 +9,7 @@ from kiln.errors import KilnError
 from kiln.loading import glob
 from kiln.loading.package import GENERATED_FILE, Package
 
-from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace
+from tests.kiln_workspace import MakeWorkspace, Workspace
 
 MACROS = """\
     def py_group(name, srcs = [], **kwargs):
@@ -26,7 +26,7 @@ MACROS = """\
     """
 
 
-def _package(ws: FixtureWorkspace, name: str) -> Package:
+def _package(ws: Workspace, name: str) -> Package:
     return ws.loader().package(name)
 
 

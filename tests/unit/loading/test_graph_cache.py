@@ -23,7 +23,7 @@ from kiln.label import TargetPattern
 from kiln.loading import glob, package, patterns
 from kiln.loading.graph_cache import LOADING_CODE
 
-from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace
+from tests.kiln_workspace import MakeWorkspace, Workspace
 
 FILES = {
     "tools/BUILD": "",
@@ -47,7 +47,7 @@ FILES = {
 
 
 class Run:
-    def __init__(self, ws: FixtureWorkspace) -> None:
+    def __init__(self, ws: Workspace) -> None:
         loader = ws.loader()
         labels = patterns.expand(loader, [TargetPattern.parse("//...")])
         loader.save()
@@ -62,33 +62,33 @@ def fine_clock(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def ws(make_workspace: MakeWorkspace) -> FixtureWorkspace:
+def ws(make_workspace: MakeWorkspace) -> Workspace:
     workspace = make_workspace(FILES)
     assert Run(workspace).evaluated == 4
     return workspace
 
 
-def _edit(ws: FixtureWorkspace, path: str, text: str) -> None:
+def _edit(ws: Workspace, path: str, text: str) -> None:
     """Rewrite a file, and make sure its stat data changes even on a coarse clock."""
     target = ws.root / path
     before = target.stat() if target.exists() else None
-    ws.write({path: text})
+    ws.write(path, text)
     if before is not None:
         os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
 
 
-def test_second_run_evaluates_nothing(ws: FixtureWorkspace) -> None:
+def test_second_run_evaluates_nothing(ws: Workspace) -> None:
     run = Run(ws)
     assert run.evaluated == 0
     assert run.labels == ["//app:py_grp", "//lib:lib", "//other:other"]
 
 
-def test_warm_cli_query_evaluates_nothing(ws: FixtureWorkspace) -> None:
+def test_warm_cli_query_evaluates_nothing(ws: Workspace) -> None:
     assert ws.query("//...") == ["//app:py_grp", "//lib:lib", "//other:other"]
     assert Run(ws).evaluated == 0
 
 
-def test_touching_a_build_file_reevaluates_only_its_package(ws: FixtureWorkspace) -> None:
+def test_touching_a_build_file_reevaluates_only_its_package(ws: Workspace) -> None:
     path = ws.root / "other/BUILD"
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
@@ -96,7 +96,7 @@ def test_touching_a_build_file_reevaluates_only_its_package(ws: FixtureWorkspace
     assert Run(ws).evaluated == 0
 
 
-def test_editing_a_build_file_gives_the_new_targets(ws: FixtureWorkspace) -> None:
+def test_editing_a_build_file_gives_the_new_targets(ws: Workspace) -> None:
     _edit(ws, "other/BUILD", 'filegroup(name = "renamed")\n')
     run = Run(ws)
     assert run.evaluated == 1
@@ -104,7 +104,7 @@ def test_editing_a_build_file_gives_the_new_targets(ws: FixtureWorkspace) -> Non
 
 
 def test_editing_a_loaded_bzl_reevaluates_the_packages_that_load_it(
-    ws: FixtureWorkspace,
+    ws: Workspace,
 ) -> None:
     _edit(
         ws, "tools/names.bzl", 'def suffix():\n    return "_files"\n'
@@ -114,8 +114,8 @@ def test_editing_a_loaded_bzl_reevaluates_the_packages_that_load_it(
     assert run.labels == ["//app:py_files", "//lib:lib", "//other:other"]
 
 
-def test_adding_a_file_a_glob_matches_reevaluates_its_package(ws: FixtureWorkspace) -> None:
-    ws.write({"app/deep/er/b.py": ""})
+def test_adding_a_file_a_glob_matches_reevaluates_its_package(ws: Workspace) -> None:
+    ws.write("app/deep/er/b.py", "")
     run = Run(ws)
     assert run.evaluated == 1
     assert run.packages["app"].targets["py_grp"].attrs["srcs"] == [
@@ -125,32 +125,32 @@ def test_adding_a_file_a_glob_matches_reevaluates_its_package(ws: FixtureWorkspa
     assert Run(ws).evaluated == 0
 
 
-def test_removing_a_globbed_file_reevaluates_its_package(ws: FixtureWorkspace) -> None:
+def test_removing_a_globbed_file_reevaluates_its_package(ws: Workspace) -> None:
     (ws.root / "app/a.py").unlink()
     run = Run(ws)
     assert run.evaluated == 1
     assert run.packages["app"].targets["py_grp"].attrs["srcs"] == []
 
 
-def test_editing_a_source_file_reevaluates_nothing(ws: FixtureWorkspace) -> None:
+def test_editing_a_source_file_reevaluates_nothing(ws: Workspace) -> None:
     _edit(ws, "lib/lib.txt", "new contents")
     _edit(ws, "app/a.py", "print('new')")
     assert Run(ws).evaluated == 0
 
 
-def test_a_new_file_in_a_package_without_glob_reevaluates_nothing(ws: FixtureWorkspace) -> None:
-    ws.write({"other/notes.md": ""})
+def test_a_new_file_in_a_package_without_glob_reevaluates_nothing(ws: Workspace) -> None:
+    ws.write("other/notes.md", "")
     assert Run(ws).evaluated == 0
 
 
-def test_new_package_is_found_and_evaluated_alone(ws: FixtureWorkspace) -> None:
-    ws.write({"new/pkg/BUILD": 'filegroup(name = "n")\n'})
+def test_new_package_is_found_and_evaluated_alone(ws: Workspace) -> None:
+    ws.write("new/pkg/BUILD", 'filegroup(name = "n")\n')
     run = Run(ws)
     assert run.evaluated == 1
     assert "//new/pkg:n" in run.labels
 
 
-def test_deleted_package_disappears(ws: FixtureWorkspace) -> None:
+def test_deleted_package_disappears(ws: Workspace) -> None:
     (ws.root / "other/BUILD").unlink()
     run = Run(ws)
     assert run.evaluated == 0
@@ -158,24 +158,24 @@ def test_deleted_package_disappears(ws: FixtureWorkspace) -> None:
 
 
 def test_subpackage_appearing_takes_its_files_from_the_parent_glob(
-    ws: FixtureWorkspace,
+    ws: Workspace,
 ) -> None:
-    ws.write({"app/deep/c.py": ""})
+    ws.write("app/deep/c.py", "")
     assert Run(ws).evaluated == 1
-    ws.write({"app/deep/BUILD": ""})
+    ws.write("app/deep/BUILD", "")
     run = Run(ws)
     assert run.evaluated == 2  # app (its glob changes) and the new app/deep
     assert run.packages["app"].targets["py_grp"].attrs["srcs"] == ["//app:a.py"]
 
 
-def test_kilnignore_change_is_seen(ws: FixtureWorkspace) -> None:
-    ws.write({".kilnignore": "# nothing yet\n"})
+def test_kilnignore_change_is_seen(ws: Workspace) -> None:
+    ws.write(".kilnignore", "# nothing yet\n")
     assert Run(ws).labels == ["//app:py_grp", "//lib:lib", "//other:other"]
     _edit(ws, ".kilnignore", "other\n")
     assert Run(ws).labels == ["//app:py_grp", "//lib:lib"]
 
 
-def test_cache_written_by_other_kiln_code_is_not_used(ws: FixtureWorkspace) -> None:
+def test_cache_written_by_other_kiln_code_is_not_used(ws: Workspace) -> None:
     data = pickle.loads(ws.graph_cache_file.read_bytes())
     code: CodeStamp = data["code"]
     # One of the files the loading code is made of, as it was before an edit.
@@ -194,7 +194,7 @@ def test_cache_is_stamped_by_every_module_loading_imports() -> None:
     assert "cli/build.py" not in files
 
 
-def test_every_truncation_of_the_cache_file_is_survived(ws: FixtureWorkspace) -> None:
+def test_every_truncation_of_the_cache_file_is_survived(ws: Workspace) -> None:
     path = ws.graph_cache_file
     data = path.read_bytes()
     assert pickle.loads(data)  # a whole file reads back
@@ -207,34 +207,36 @@ def test_every_truncation_of_the_cache_file_is_survived(ws: FixtureWorkspace) ->
         assert path.read_bytes() != data[:size]  # rewritten whole
 
 
-def test_garbage_in_the_cache_file_is_survived(ws: FixtureWorkspace) -> None:
+def test_garbage_in_the_cache_file_is_survived(ws: Workspace) -> None:
     ws.graph_cache_file.write_bytes(b"not a pickle at all")
     assert Run(ws).evaluated == 4
     ws.graph_cache_file.write_bytes(pickle.dumps({"format": "x"}))
     assert Run(ws).evaluated == 4
 
 
-def test_source_file_deleted_or_added_after_caching_is_noticed(ws: FixtureWorkspace) -> None:
+def test_source_file_deleted_or_added_after_caching_is_noticed(ws: Workspace) -> None:
     assert ws.query("deps(//lib)") == ["//lib:lib", "//lib:lib.txt"]
     (ws.root / "lib/lib.txt").unlink()
     missing = ws.kiln("query", "deps(//lib)")
     assert missing.code == 1
     assert "missing input file '//lib:lib.txt'" in missing.err
-    ws.write({"lib/lib.txt": ""})
+    ws.write("lib/lib.txt", "")
     assert ws.query("deps(//lib)") == ["//lib:lib", "//lib:lib.txt"]
 
 
-def test_source_file_becoming_a_subpackage_file_is_noticed(ws: FixtureWorkspace) -> None:
-    ws.write({"lib/BUILD": 'filegroup(name = "lib", srcs = ["d/x.txt"])\n', "lib/d/x.txt": ""})
+def test_source_file_becoming_a_subpackage_file_is_noticed(ws: Workspace) -> None:
+    ws.write("lib/BUILD", 'filegroup(name = "lib", srcs = ["d/x.txt"])\n')
+    ws.write("lib/d/x.txt", "")
     assert ws.query("deps(//lib)") == ["//lib:d/x.txt", "//lib:lib"]
-    ws.write({"lib/d/BUILD": ""})
+    ws.write("lib/d/BUILD", "")
     crossing = ws.kiln("query", "deps(//lib)")
     assert crossing.code == 1
     assert "'d/x.txt' crosses into package 'lib/d'" in crossing.err
 
 
-def test_kilnignore_change_reevaluates_packages_that_glob(ws: FixtureWorkspace) -> None:
-    ws.write({"app/gen/x.py": "", ".kilnignore": "# nothing yet\n"})
+def test_kilnignore_change_reevaluates_packages_that_glob(ws: Workspace) -> None:
+    ws.write("app/gen/x.py", "")
+    ws.write(".kilnignore", "# nothing yet\n")
     assert Run(ws).packages["app"].targets["py_grp"].attrs["srcs"] == [
         "//app:a.py",
         "//app:gen/x.py",
@@ -245,19 +247,21 @@ def test_kilnignore_change_reevaluates_packages_that_glob(ws: FixtureWorkspace) 
     assert run.packages["app"].targets["py_grp"].attrs["srcs"] == ["//app:a.py"]
 
 
-def test_errors_from_a_warm_cache_carry_the_same_location(ws: FixtureWorkspace) -> None:
+def test_errors_from_a_warm_cache_carry_the_same_location(ws: Workspace) -> None:
     ws.write(
-        {
-            "tools/grp.bzl": """\
+        "tools/grp.bzl",
+        """\
                 def grp(name, srcs):
                     native.filegroup(name = name, srcs = srcs)
                 """,
-            "bad/BUILD": """\
+    )
+    ws.write(
+        "bad/BUILD",
+        """\
                 load("//tools:grp.bzl", "grp")
 
                 grp(name = "b", srcs = ["//gone:x"])
                 """,
-        }
     )
     cold = ws.kiln("query", "//bad:b")
     assert ws.loader().package("bad")  # cached: the BUILD file itself is fine
@@ -269,7 +273,7 @@ def test_errors_from_a_warm_cache_carry_the_same_location(ws: FixtureWorkspace) 
     )
 
 
-def test_cp_p_of_a_same_size_build_file_is_reevaluated(ws: FixtureWorkspace) -> None:
+def test_cp_p_of_a_same_size_build_file_is_reevaluated(ws: Workspace) -> None:
     # cp -p keeps the inode, the size and (from the source) the mtime: only ctime moves.
     build = ws.root / "other/BUILD"
     source = ws.root / "elsewhere.txt"
@@ -290,7 +294,7 @@ def test_cp_p_of_a_same_size_build_file_is_reevaluated(ws: FixtureWorkspace) -> 
 
 
 def test_file_created_while_glob_lists_its_directory_is_seen_next_run(
-    ws: FixtureWorkspace, monkeypatch: pytest.MonkeyPatch
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The directory's stamp must predate its listing: one taken after the
     # evaluation already includes the new file, and the cache would keep

@@ -10,7 +10,7 @@ import time
 
 from kiln.loading.package import RACY_NS
 
-from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace
+from tests.kiln_workspace import MakeWorkspace, Workspace
 
 PROBE = """
 import json, sys
@@ -23,7 +23,7 @@ HEAVY = ("torch", "torch_tensorrt", "tensorrt", "numpy")
 EVALUATION = ("starlark", "pydantic", "kiln.rules", "kiln.loading.build_file")
 
 
-def _query_modules(ws: FixtureWorkspace) -> set[str]:
+def _query_modules(ws: Workspace) -> set[str]:
     run = subprocess.run(
         [sys.executable, "-c", PROBE],
         cwd=ws.root,

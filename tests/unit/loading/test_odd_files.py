@@ -54,5 +54,5 @@ def test_folder_whose_path_is_no_package_name_is_named(
         f"package name: {reason}\n"
         "  hint: rename the folder, or list it in .kilnignore to leave it out\n"
     )
-    ws.write({".kilnignore": f"{folder}\n"})
+    ws.write(".kilnignore", f"{folder}\n")
     assert ws.query("//...") == ["//ok:x"]

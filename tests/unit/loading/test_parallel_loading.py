@@ -9,7 +9,7 @@ import pytest
 from kiln.errors import KilnError
 from kiln.loading import parallel, patterns
 
-from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace
+from tests.kiln_workspace import MakeWorkspace, Workspace
 
 PACKAGES = 12
 
@@ -32,7 +32,7 @@ def _files(broken: tuple[int, ...] = ()) -> dict[str, str]:
     return files
 
 
-def _expand(ws: FixtureWorkspace, *, jobs: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def _expand(ws: Workspace, *, jobs: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     forks = []
     fork = os.fork
     monkeypatch.setattr(parallel, "jobs_for", lambda count: jobs)

@@ -7,11 +7,11 @@ from kiln.errors import KilnError
 from kiln.label import TargetPattern
 from kiln.loading import patterns
 
-from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace
+from tests.kiln_workspace import MakeWorkspace, Workspace
 
 
 @pytest.fixture
-def ws(make_workspace: MakeWorkspace) -> FixtureWorkspace:
+def ws(make_workspace: MakeWorkspace) -> Workspace:
     return make_workspace(
         {
             "BUILD": 'filegroup(name = "root")\n',
@@ -34,7 +34,7 @@ def ws(make_workspace: MakeWorkspace) -> FixtureWorkspace:
     )
 
 
-def _expand(ws: FixtureWorkspace, *texts: str, working: str = "") -> list[str]:
+def _expand(ws: Workspace, *texts: str, working: str = "") -> list[str]:
     parsed = patterns.parse_patterns(list(texts), working)
     return patterns.expand(ws.loader(), parsed)
 
@@ -55,7 +55,7 @@ def _expand(ws: FixtureWorkspace, *texts: str, working: str = "") -> list[str]:
         (["-//a:a", "//a:a"], ["//a:a"]),  # order matters, as in Bazel
     ],
 )
-def test_expand(ws: FixtureWorkspace, texts: list[str], expected: list[str]) -> None:
+def test_expand(ws: Workspace, texts: list[str], expected: list[str]) -> None:
     assert _expand(ws, *texts) == expected
 
 
@@ -73,7 +73,7 @@ def test_expand(ws: FixtureWorkspace, texts: list[str], expected: list[str]) -> 
     ],
 )
 def test_relative_patterns_resolve_from_the_working_directory(
-    ws: FixtureWorkspace, working: str, text: str, expected: list[str]
+    ws: Workspace, working: str, text: str, expected: list[str]
 ) -> None:
     assert _expand(ws, text, working=working) == expected
 
@@ -91,18 +91,18 @@ def test_relative_patterns_resolve_from_the_working_directory(
         ),
     ],
 )
-def test_patterns_naming_nothing_are_errors(ws: FixtureWorkspace, text: str, message: str) -> None:
+def test_patterns_naming_nothing_are_errors(ws: Workspace, text: str, message: str) -> None:
     with pytest.raises(KilnError) as raised:
         _expand(ws, text)
     assert raised.value.message == message
 
 
-def test_typo_in_target_name_gets_a_hint(ws: FixtureWorkspace) -> None:
+def test_typo_in_target_name_gets_a_hint(ws: Workspace) -> None:
     with pytest.raises(KilnError) as raised:
         _expand(ws, "//a:gne")
     assert raised.value.hint == "did you mean 'gen'?"
 
 
-def test_relative_pattern_outside_any_package(ws: FixtureWorkspace) -> None:
-    ws.write({"loose/x.txt": ""})
+def test_relative_pattern_outside_any_package(ws: Workspace) -> None:
+    ws.write("loose/x.txt", "")
     assert patterns.expand(ws.loader(), [TargetPattern.parse("loose/x.txt")]) == ["//:loose/x.txt"]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace, write_files
+from tests.kiln_workspace import MakeWorkspace, Workspace, write_file
 
 FILES = {
     "models/BUILD": """\
@@ -62,15 +63,16 @@ REPORT_CLOSURE = [
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # One workspace for the module: queries only read it.
     path = tmp_path_factory.mktemp("query") / "ws"
-    write_files(path, {"WORKSPACE": "", **FILES})
+    for name, text in {"WORKSPACE": "", **FILES}.items():
+        write_file(path, name, text)
     return path
 
 
 @pytest.fixture
 def ws(
     root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> FixtureWorkspace:
-    return FixtureWorkspace(root, monkeypatch, capsys)
+) -> Workspace:
+    return Workspace(root, dict(os.environ), capsys, monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -171,11 +173,11 @@ def ws(
         ("tests(//...)", []),
     ],
 )
-def test_query(ws: FixtureWorkspace, expression: str, expected: list[str]) -> None:
+def test_query(ws: Workspace, expression: str, expected: list[str]) -> None:
     assert ws.query(expression) == expected
 
 
-def test_relative_patterns_in_queries_use_the_working_directory(ws: FixtureWorkspace) -> None:
+def test_relative_patterns_in_queries_use_the_working_directory(ws: Workspace) -> None:
     assert ws.query("deps(:layers, 1)", cwd="lib") == [
         "//lib:common",
         "//lib:layers",
@@ -184,7 +186,7 @@ def test_relative_patterns_in_queries_use_the_working_directory(ws: FixtureWorks
     assert ws.query("rdeps(//..., common.py, 1) - :common", cwd="lib") == ["//lib:common.py"]
 
 
-def test_empty_result_says_so_and_succeeds(ws: FixtureWorkspace) -> None:
+def test_empty_result_says_so_and_succeeds(ws: Workspace) -> None:
     result = ws.kiln("query", "//lib:all - //lib:*")
     assert (result.code, result.out, result.err) == (0, "", "INFO: empty results\n")
 
@@ -209,9 +211,7 @@ def test_empty_result_says_so_and_succeeds(ws: FixtureWorkspace) -> None:
         ),
     ],
 )
-def test_query_errors_exit_1_with_one_message(
-    ws: FixtureWorkspace, expression: str, error: str
-) -> None:
+def test_query_errors_exit_1_with_one_message(ws: Workspace, expression: str, error: str) -> None:
     result = ws.kiln("query", expression)
     assert (result.code, result.out, result.err) == (1, "", error)
 
@@ -219,7 +219,7 @@ def test_query_errors_exit_1_with_one_message(
 # -- bounded evaluation (issue 11, B9 and B12) ----------------------------------
 
 
-def test_union_of_5000_terms_evaluates_without_recursion(ws: FixtureWorkspace) -> None:
+def test_union_of_5000_terms_evaluates_without_recursion(ws: Workspace) -> None:
     # A RecursionError traceback from about 980 terms on: the parser leans the chain left.
     terms = ["//lib:layers", "//lib:common", "//tools:tool"] * 1700
     expression = " + ".join(terms) + " - //tools:tool ^ //lib:all"
@@ -236,7 +236,7 @@ def test_union_of_5000_terms_evaluates_without_recursion(ws: FixtureWorkspace) -
     ids=["2000_parentheses", "3000_nested_deps", "2000_nested_differences"],
 )
 def test_deep_nesting_is_a_syntax_error_not_a_recursion_error(
-    ws: FixtureWorkspace, expression: str, caret: int
+    ws: Workspace, expression: str, caret: int
 ) -> None:
     result = ws.kiln("query", expression)
     assert (result.code, result.out) == (1, "")
@@ -248,7 +248,7 @@ def test_deep_nesting_is_a_syntax_error_not_a_recursion_error(
     )
 
 
-def test_nesting_up_to_the_limit_evaluates(ws: FixtureWorkspace) -> None:
+def test_nesting_up_to_the_limit_evaluates(ws: Workspace) -> None:
     expression = "deps(" * 100 + "//lib:layers" + ")" * 100
     assert ws.query(expression) == [
         "//lib:common",
@@ -302,7 +302,7 @@ def test_catastrophic_regex_matches_in_linear_time(
     ],
 )
 def test_regex_re2_cannot_match_is_refused_with_a_message(
-    ws: FixtureWorkspace, pattern: str, error: str
+    ws: Workspace, pattern: str, error: str
 ) -> None:
     result = ws.kiln("query", f"filter('{pattern}', //lib:all)")
     assert (result.code, result.out, result.err) == (1, "", f"ERROR: {error}\n")

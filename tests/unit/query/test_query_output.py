@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace
+from tests.kiln_workspace import MakeWorkspace, Workspace
 
 
 @pytest.fixture
-def ws(make_workspace: MakeWorkspace) -> FixtureWorkspace:
+def ws(make_workspace: MakeWorkspace) -> Workspace:
     return make_workspace(
         {
             "lib/BUILD": """\
@@ -35,13 +35,13 @@ def ws(make_workspace: MakeWorkspace) -> FixtureWorkspace:
     )
 
 
-def _out(ws: FixtureWorkspace, *args: str) -> str:
+def _out(ws: Workspace, *args: str) -> str:
     result = ws.kiln("query", *args)
     assert result.code == 0, result.err
     return result.out
 
 
-def test_label_output_is_one_label_a_line_by_package_then_name(ws: FixtureWorkspace) -> None:
+def test_label_output_is_one_label_a_line_by_package_then_name(ws: Workspace) -> None:
     assert _out(ws, "deps(//app:gen)") == (
         "//app:gen\n//app:in.txt\n//lib:common\n//lib:common.py\n//lib:layers\n//lib:layers.py\n"
     )
@@ -54,7 +54,7 @@ def test_package_sorts_before_its_subpackages(make_workspace: MakeWorkspace) -> 
     assert _out(ws, "//...") == "//a:z\n//a/b:a\n"
 
 
-def test_label_kind_output(ws: FixtureWorkspace) -> None:
+def test_label_kind_output(ws: Workspace) -> None:
     assert _out(ws, "--output=label_kind", "deps(//app:gen, 1) + //app:out.txt") == (
         "genrule rule //app:gen\n"
         "source file //app:in.txt\n"
@@ -63,7 +63,7 @@ def test_label_kind_output(ws: FixtureWorkspace) -> None:
     )
 
 
-def test_build_output_is_the_rule_as_written_with_its_location(ws: FixtureWorkspace) -> None:
+def test_build_output_is_the_rule_as_written_with_its_location(ws: Workspace) -> None:
     assert _out(ws, "--output=build", "//app:gen + //lib:common + //app:in.txt") == (
         "# app/BUILD:3:1\n"
         "genrule(\n"
@@ -88,7 +88,7 @@ def test_build_output_is_the_rule_as_written_with_its_location(ws: FixtureWorksp
     )
 
 
-def test_json_output(ws: FixtureWorkspace) -> None:
+def test_json_output(ws: Workspace) -> None:
     targets = json.loads(_out(ws, "--output=json", "deps(//lib:layers, 1)"))
     assert targets == [
         {
@@ -107,7 +107,7 @@ def test_json_output(ws: FixtureWorkspace) -> None:
     ]
 
 
-def test_graph_output_is_graphviz_dot_as_bazel_writes_it(ws: FixtureWorkspace) -> None:
+def test_graph_output_is_graphviz_dot_as_bazel_writes_it(ws: Workspace) -> None:
     assert _out(ws, "--output=graph", "deps(//app:gen) - //lib:layers.py") == (
         "digraph mygraph {\n"
         "  node [shape=box];\n"
@@ -124,5 +124,5 @@ def test_graph_output_is_graphviz_dot_as_bazel_writes_it(ws: FixtureWorkspace) -
     )
 
 
-def test_empty_graph_is_still_a_graph(ws: FixtureWorkspace) -> None:
+def test_empty_graph_is_still_a_graph(ws: Workspace) -> None:
     assert _out(ws, "--output=graph", "set()") == "digraph mygraph {\n  node [shape=box];\n}\n"

@@ -12,7 +12,7 @@ from kiln.host_facts import HostFacts, ToolchainResolver
 from kiln.loading.graph import GraphBuilder
 from kiln.rules import load_rule
 
-from tests.kiln_workspace import FixtureWorkspace, MakeWorkspace
+from tests.kiln_workspace import MakeWorkspace, Workspace
 
 H = {n: f"sha256:{n * 64}" for n in "123456"}
 
@@ -68,7 +68,7 @@ def files(timm: str = "1.0.31", torch: str | None = None) -> dict[str, str]:
 TARGETS = ["//m:vit_pt2", "//m:bert_pt2", "//m:plain_pt2", "//m:w"]
 
 
-def analyze(ws: FixtureWorkspace, labels: list[str] = TARGETS) -> list[Action]:
+def analyze(ws: Workspace, labels: list[str] = TARGETS) -> list[Action]:
     loader = ws.loader()
     graph = GraphBuilder(loader).build(labels)
     analyzer = Analyzer(

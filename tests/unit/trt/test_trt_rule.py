@@ -326,11 +326,10 @@ def test_bad_ranges_and_settings_are_attribute_errors(make_workspace: MakeWorksp
         ),
     ]:
         ws.write(
-            {
-                "w/BUILD": f"""\
+            "w/BUILD",
+            f"""\
                     trt_windows_engine(name = "w", model = "//m:mlp", {attrs})
-                    """
-            }
+                    """,
         )
         result = ws.kiln("query", "//w:w")
         assert result.code == 1, attrs
