@@ -10,6 +10,8 @@ import pytest
 
 from tests.kiln_workspace import MakeWorkspace, Workspace
 
+pytest_plugins = ["tests.torch_tier"]  # the fast tier's guard (-m "not torch")
+
 
 def pytest_configure(config: pytest.Config) -> None:
     sigint_as_a_terminal_gives_it()

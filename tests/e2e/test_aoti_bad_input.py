@@ -11,6 +11,8 @@ import pytest
 
 from tests.e2e.test_aoti_package import ModelWorkspace, make_workspace
 
+pytestmark = pytest.mark.torch
+
 MODEL = """
 import torch
 from torch import nn

@@ -18,6 +18,8 @@ import pytest
 
 from tests.kiln_workspace import ModelWorkspace, model_workspace
 
+pytestmark = pytest.mark.torch
+
 REPO = Path(__file__).resolve().parents[2]
 
 MLP_BUILD = """

@@ -371,6 +371,7 @@ def _assert_close(actual: list[float], expected: list[float]) -> None:
     assert worst <= TOLERANCE, f"max abs difference {worst:.3g} > {TOLERANCE}"
 
 
+@pytest.mark.torch
 def test_loader_folder_is_built_with_the_package(built: Built) -> None:
     names = {p.name for p in built.loader.iterdir()}
     assert names >= {"mlp_pt2.BUILD.bazel", "mlp_pt2.cpp", "mlp_pt2.h", "mlp_pt2Config.cmake"}
@@ -379,16 +380,19 @@ def test_loader_folder_is_built_with_the_package(built: Built) -> None:
     assert '{DimSpec{"batch", 1, 64}, DimSpec{"", 10, 10}}' in header
 
 
+@pytest.mark.torch
 def test_gxx_app_matches_python(gxx_app: Path, built: Built, reference: list[float]) -> None:
     _assert_close(_outputs(gxx_app, built.package, str(BATCH)), reference)
 
 
+@pytest.mark.torch
 def test_cmake_app_matches_python(cmake_app: Path, built: Built, reference: list[float]) -> None:
     _assert_close(_outputs(cmake_app, built.package, str(BATCH)), reference)
     # "-": the package the CMake package names (mlp_pt2_PACKAGE), compiled into the app
     _assert_close(_outputs(cmake_app, Path("-"), str(BATCH)), reference)
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("app", ["gxx_app", "cmake_app"])
 @pytest.mark.parametrize("batch", [65, 0])
 def test_batch_outside_the_range_is_a_clear_error(
@@ -404,6 +408,7 @@ def test_batch_outside_the_range_is_a_clear_error(
     )
 
 
+@pytest.mark.torch
 def test_wrong_dtype_and_missing_package_are_clear_errors(gxx_app: Path, built: Built) -> None:
     run = _run([str(gxx_app), str(built.package), str(BATCH), "float64"])
     assert run.returncode == 2
@@ -413,6 +418,7 @@ def test_wrong_dtype_and_missing_package_are_clear_errors(gxx_app: Path, built: 
     assert "MlpPt2: no package at '" in run.stderr
 
 
+@pytest.mark.torch
 def test_tensorrt_loader_needs_the_runtime_library(
     tensorrt_app: Path, built: Built, reference: list[float]
 ) -> None:
@@ -429,6 +435,7 @@ def test_tensorrt_loader_needs_the_runtime_library(
     _assert_close(_outputs(tensorrt_app, built.package, str(BATCH), env=env), reference)
 
 
+@pytest.mark.torch
 def test_generated_code_for_several_inputs_compiles(tmp_path: Path) -> None:
     _need("g++")
     files = _render(TWO_INPUTS, "detector_pt2", device="cuda", backend="tensorrt")
@@ -525,6 +532,7 @@ def _sections(stdout: str) -> dict[str, list[str]]:
     return sections
 
 
+@pytest.mark.torch
 def test_weights_swap_in_a_running_model(gxx_app: Path, built: Built, retrained: Retrained) -> None:
     """Another thread keeps running the model while it swaps to retrained weights: each of
     its runs sees the old weights or the new, and the new ones compute what eager does."""
@@ -538,6 +546,7 @@ def test_weights_swap_in_a_running_model(gxx_app: Path, built: Built, retrained:
     assert same == runs
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize(
     ("weights", "message"),
     [
@@ -569,6 +578,7 @@ def test_weights_that_do_not_fit_are_refused(
     assert "# after" not in run.stdout
 
 
+@pytest.mark.torch
 def test_separate_weights_are_loaded_at_start(
     separate_app: Path, built: Built, retrained: Retrained
 ) -> None:
@@ -580,6 +590,7 @@ def test_separate_weights_are_loaded_at_start(
     _assert_close(_outputs(separate_app, package, str(BATCH), *weights), retrained.eager_b)
 
 
+@pytest.mark.torch
 def test_the_loader_exposes_the_package_provenance(gxx_app: Path, built: Built) -> None:
     run = _run([str(gxx_app), str(built.package), str(BATCH), "--metadata"])
     _check(run, "model_app --metadata")
@@ -605,6 +616,7 @@ def test_the_loader_exposes_the_package_provenance(gxx_app: Path, built: Built) 
 # -- kiln's own code is part of what the loader is made from ---------------------------------
 
 
+@pytest.mark.torch
 def test_editing_kiln_code_regenerates_what_it_renders(built: Built, tmp_path: Path) -> None:
     """Reproduces the stale-C++ bug: an edit of kiln/cc_templates.py (which names the
     loader's class) must re-run analysis and the loader's FileWrite actions. A copy of

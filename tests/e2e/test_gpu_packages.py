@@ -20,6 +20,7 @@ from tests.e2e.test_aoti_package import MLP_BUILD, make_workspace
 
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.torch,
     pytest.mark.skipif(gpu_count() == 0, reason="needs a CUDA GPU (none found by nvidia-smi)"),
 ]
 

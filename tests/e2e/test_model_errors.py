@@ -21,6 +21,8 @@ import pytest
 from tests.e2e.test_aoti_package import REPO, ModelWorkspace, make_workspace
 from tests.kiln_workspace import BuildResult
 
+pytestmark = pytest.mark.torch
+
 TRAPS = {
     # name: (factory, inputs, dynamic dims)
     "raises": ("raises", '[{"name": "x", "shape": [2, 4]}]', "[]"),

@@ -12,6 +12,8 @@ import pytest
 
 from tests.e2e.library_examples import LibraryExamples as Examples
 
+pytestmark = pytest.mark.torch
+
 TARGETS = ("vit_pt2", "resnet_pt2", "bert_pt2")
 
 

@@ -33,6 +33,8 @@ from kiln.rule_api import AnalyzedTarget, DefaultInfo, File, RuleContext
 from kiln.rules.aoti_package import RULE as AOTI_PACKAGE
 from kiln.rules.torch_model import RULE as TORCH_MODEL
 
+pytestmark = pytest.mark.torch
+
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = ("kiln-out", "bazel-out/k8-fastbuild/bin")
 SOURCES = ("models/mlp.py", "models/mlp.safetensors")

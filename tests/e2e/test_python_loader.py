@@ -23,6 +23,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kiln.rules.aoti_loader import LoaderSource, render_python_loader
 
 from tests.e2e.test_aoti_package import REPO, make_workspace
@@ -34,6 +35,8 @@ from tests.e2e.test_cc_loader import (
     _assert_close,
     retrained,  # noqa: F401 - the session fixture of retrained mlp weights
 )
+
+pytestmark = pytest.mark.torch
 
 # Runs in a fresh Python in kiln-out/models: CASES maps a case to the inputs given to
 # run(); prints {case: the loader's message, or "ok"} as JSON, and "same" where an

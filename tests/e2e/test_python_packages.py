@@ -25,6 +25,8 @@ from kiln.loading.package import RACY_NS
 
 from tests.wheels import make_wheel
 
+pytestmark = pytest.mark.torch
+
 KILN = [sys.executable, "-m", "kiln"]
 
 MODELS = """\

@@ -414,6 +414,7 @@ def test_kiln_info_cluster_lists_the_nodes_and_what_they_offer(
     assert f"GPUs {GPU} (9.0)" in info.stdout  # what kiln found on the node itself
 
 
+@pytest.mark.torch
 def test_mlp_torch_actions_run_on_the_cluster_byte_identical_to_local(
     tmp_path: Path, cluster: RayCluster, cache: NginxCache
 ) -> None:

@@ -24,6 +24,8 @@ import pytest
 from tests.e2e.test_aoti_package import REPO, ModelWorkspace, make_workspace
 from tests.kiln_workspace import BuildResult
 
+pytestmark = pytest.mark.torch
+
 TESTS_MODELS = REPO / "tests" / "models"
 
 # name -> (inputs, dynamic dims) as models/BUILD declares them (small_outputs: as here)

@@ -26,6 +26,8 @@ import pytest
 
 from tests.kiln_workspace import BuildResult, ModelWorkspace, model_workspace
 
+pytestmark = pytest.mark.torch
+
 REPO = Path(__file__).resolve().parents[2]
 
 TINY = '''

@@ -16,6 +16,8 @@ torch = pytest.importorskip("torch")
 from kiln.actions import weights_split  # noqa: E402
 from kiln.actions.spec import ActionFailure  # noqa: E402
 
+pytestmark = pytest.mark.torch
+
 
 class Tied(torch.nn.Module):
     def __init__(self) -> None:

@@ -26,6 +26,8 @@ import pytest
 from tests.bazel_workspace import REPO, Bazel
 from tests.e2e.bazel.conftest import Twins, kiln
 
+pytestmark = pytest.mark.torch
+
 
 @pytest.fixture(scope="module")
 def example(twins: Twins) -> Iterator[Bazel]:

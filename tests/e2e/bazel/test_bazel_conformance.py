@@ -18,6 +18,8 @@ from kiln.bazel.paths import as_kiln
 
 from tests.e2e.bazel.conftest import Twins
 
+pytestmark = pytest.mark.torch
+
 MODELS = ("mlp_pt2", "resnet_pt2")
 ARTIFACTS = (
     "{name}.pt2",

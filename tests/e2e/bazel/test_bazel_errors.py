@@ -14,6 +14,8 @@ import pytest
 
 from tests.e2e.bazel.conftest import BAD, Twins
 
+pytestmark = pytest.mark.torch
+
 _LOCATED = re.compile(r"^ERROR: [^:\s]+:\d+:\d+: ")
 # A whole-rule validator's message ends in a dump of every attribute, in the order the
 # BUILD file wrote them under kiln and sorted under Bazel (JSON); the dump is going away

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.e2e.bazel.conftest import Twins
+
+pytestmark = pytest.mark.torch
 
 TARGET = "//gpu:mlp_cuda_pt2"
 

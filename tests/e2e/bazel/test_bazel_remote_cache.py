@@ -17,6 +17,8 @@ import pytest
 from tests.bazel_workspace import Bazel, Result
 from tests.e2e.bazel.conftest import Twins
 
+pytestmark = pytest.mark.torch
+
 FILES = (
     "mlp_pt2.pt2",
     "mlp_pt2.structure.pt2",

@@ -30,6 +30,8 @@ from trt_standin import NOT_SET_UP, Input, StandIn, engine_bytes
 
 from tests.model_fixtures import model_info
 
+pytestmark = pytest.mark.torch
+
 TINY_SOURCE = """\
 import torch
 from torch import nn

@@ -19,6 +19,8 @@ from kiln.actions.trt_engine import (
 )
 from trt_standin import StandInTrtModule
 
+pytestmark = pytest.mark.torch
+
 
 def test_settings_the_function_does_not_name_are_dropped() -> None:
     def compile_fn(

@@ -33,6 +33,8 @@ from trt_standin import StandIn, engine_bytes, refit_engine_bytes
 
 from tests.model_fixtures import model_info
 
+pytestmark = pytest.mark.torch
+
 TINY_SOURCE = """\
 import torch
 from torch import nn

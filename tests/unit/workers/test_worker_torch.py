@@ -9,6 +9,8 @@ import pytest
 from kiln.workers import WorkerPool, WorkResponse
 from worker_helpers import MakeExecroot
 
+pytestmark = pytest.mark.torch
+
 
 @pytest.mark.slow
 def test_torch_is_imported_once_and_reused_by_the_next_action(
