@@ -27,6 +27,7 @@ SCRIPT = REPO / "tools" / "bazel.sh"
 # Never copied into a test's copy of the repository: state, caches, build outputs.
 _SKIP = {".git", ".venv", "kiln-out", "__pycache__", ".mypy_cache", ".ruff_cache"}
 _SKIP |= {".pytest_cache", ".hypothesis", "user.bazelrc", "gpu-check-out", ".device", ".whl"}
+_SKIP |= {".wheelhouse"}  # filled by test_models_from_libraries, maybe meanwhile (-n 2)
 
 
 def ensure_bazel() -> str:

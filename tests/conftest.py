@@ -10,7 +10,8 @@ import pytest
 
 from tests.kiln_workspace import MakeWorkspace, Workspace
 
-pytest_plugins = ["tests.torch_tier"]  # the fast tier's guard (-m "not torch")
+# The fast tier's guard (-m "not torch"), and how `pytest -n 2` splits the suite.
+pytest_plugins = ["tests.torch_tier", "tests.parallel"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

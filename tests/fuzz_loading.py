@@ -343,7 +343,12 @@ def _run(args: list[str]) -> tuple[int, str]:
     return code, err.getvalue()
 
 
-def fuzz(cases: int, seed: int, workdir: Path) -> dict[str, object]:
+def fuzz(
+    cases: int, seed: int, workdir: Path, shard: tuple[int, int] = (0, 1)
+) -> dict[str, object]:
+    """Runs the cases whose number is `index` modulo `count` (shard = (index, count)); every
+    case is made all the same, so the shards of one seed together run its whole set."""
+    index, count = shard
     rng = random.Random(seed)
     root = workdir / "ws"
     _workspace(root)
@@ -361,8 +366,12 @@ def fuzz(cases: int, seed: int, workdir: Path) -> dict[str, object]:
         else:
             target = "app/BUILD" if rng.random() < 0.8 else "tools/macros.bzl"
             seed_text = rng.choice(SEEDS) if target == "app/BUILD" else MACROS
-            (root / target).write_text(mutate(rng, seed_text), errors="surrogateescape")
+            mutated = mutate(rng, seed_text)
             args = ["query", rng.choice(["//...", "deps(//app:all)", "//app:*"])]
+        if number % count != index:
+            continue
+        if kind == "build_file":
+            (root / target).write_text(mutated, errors="surrogateescape")
         progress.write_text(json.dumps({"case": number, "kind": kind, "args": args}))
         code, err = _run(args)
         counts[kind] += 1
@@ -377,7 +386,7 @@ def fuzz(cases: int, seed: int, workdir: Path) -> dict[str, object]:
         if kind == "build_file":  # the next case starts from the valid file again
             (root / target).write_text(SEEDS[0] if target == "app/BUILD" else MACROS)
     return {
-        "cases": cases,
+        "cases": sum(counts[k] for k in ("label", "query", "build_file")),
         "seed": seed,
         "tracebacks": counts["tracebacks"],
         "other_exit_codes": counts["other exit codes"],
@@ -392,13 +401,19 @@ def main_cli(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument(
+        "--shard",
+        default="0/1",
+        help="K/N: only the cases whose number is K modulo N (N processes run one seed's set)",
+    )
     options = parser.parse_args(argv)
+    index, count = (int(part) for part in options.shard.split("/"))
     with tempfile.TemporaryDirectory(prefix="kiln-fuzz-") as scratch:
         workdir = options.workdir or Path(scratch)
         workdir.mkdir(parents=True, exist_ok=True)
         os.environ["XDG_CACHE_HOME"] = str(workdir / "cache")
         os.environ["HOME"] = str(workdir / "home")
-        result = fuzz(options.cases, options.seed, workdir)
+        result = fuzz(options.cases, options.seed, workdir, (index, count))
     print(json.dumps(result))
     return 0 if not result["tracebacks"] and not result["other_exit_codes"] else 1
 
