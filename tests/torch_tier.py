@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 from _pytest.mark.expression import Expression
 
-MARK = "torch"
+MARK = "torch"  # the marker
+MODULE = "torch"  # what it stands for in sys.modules
 _TORCH_BEFORE = pytest.StashKey[bool]()  # torch was there before the test (or its module)
 _REPORTED = pytest.StashKey[bool]()
 _IMPORTED_BY_MODULE = pytest.StashKey[bool]()
@@ -68,9 +69,9 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectReport:
     """A module that imports torch when collected imports it for each of its tests."""
-    before = MARK in sys.modules
+    before = MODULE in sys.modules
     report: pytest.CollectReport = yield
-    if isinstance(collector, pytest.Module) and not before and MARK in sys.modules:
+    if isinstance(collector, pytest.Module) and not before and MODULE in sys.modules:
         collector.stash[_IMPORTED_BY_MODULE] = True
     return report
 
@@ -82,7 +83,7 @@ def _by_module(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    item.stash[_TORCH_BEFORE] = MARK in sys.modules and not _by_module(item)
+    item.stash[_TORCH_BEFORE] = MODULE in sys.modules and not _by_module(item)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -90,7 +91,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report: pytest.TestReport = yield
     if call.when == "setup" or item.stash.get(_REPORTED, False):
         return report
-    imported = not item.stash.get(_TORCH_BEFORE, True) and MARK in sys.modules
+    imported = not item.stash.get(_TORCH_BEFORE, True) and MODULE in sys.modules
     if imported and item.get_closest_marker(MARK) is None and not report.failed:
         item.stash[_REPORTED] = True
         report.outcome = "failed"
