@@ -1,4 +1,5 @@
-"""Fixtures for driving `kiln build` end to end on small temporary workspaces."""
+"""The e2e tests' session build of the repository's own example packages (the workspaces
+themselves come from tests/conftest.py: ws, make_workspace)."""
 
 from __future__ import annotations
 
