@@ -1,5 +1,6 @@
-"""The e2e tests' session build of the repository's own example packages (the workspaces
-themselves come from tests/conftest.py: ws, make_workspace)."""
+"""The e2e tests' session builds: the repository's own example packages, and
+examples/libraries (the workspaces themselves come from tests/conftest.py: ws,
+make_workspace)."""
 
 from __future__ import annotations
 

@@ -29,6 +29,8 @@ from tests.bazel_workspace import REPO, Bazel, Result, ensure_bazel
 from tests.e2e.bazel.test_bazel_conformance import ARTIFACTS, SPECS
 from tests.e2e.library_examples import LibraryExamples
 
+pytestmark = pytest.mark.torch
+
 MODEL = "vit_pt2"
 BAD = ("//bad:badhash_pt2", "//bad:unlocked_pt2", "//bad:nosuch_pt2")
 # The bad locks' repositories (their hubs are in the copy's root BUILD file from the start).
