@@ -16,8 +16,9 @@ from kiln.actions.trt_engine import (
     fallback_ops,
     find_engines,
     program_io,
+    read_inline_engine,
 )
-from trt_standin import StandInTrtModule
+from trt_standin import StandInEngine, StandInTrtModule
 
 pytestmark = pytest.mark.torch
 
@@ -105,6 +106,37 @@ def test_fallback_ops_are_the_tensor_ops_outside_engines() -> None:
     ops = fallback_ops(module, {"_run_on_acc_0", "_run_on_acc_1"})
     # not: getitem (of _run_on_acc_0's outputs), sym_size, x.size(0) * 2
     assert sorted(ops) == ["Tensor.add", "aten.cat.default", "torch.sin"]
+
+
+def _loaded() -> torch.fx.GraphModule:
+    """A module as a loaded program has it (refit returns one): x -> execute_engine on the
+    inline `_run_on_acc_0_engine` -> getitem -> aten.relu (left to PyTorch) -> output."""
+    root = torch.nn.Module()
+    root._run_on_acc_0_engine = StandInEngine(b"\x00zero\xff", ["x"], ["output0"])  # type: ignore[assignment]
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    engine = graph.get_attr("_run_on_acc_0_engine")
+    outs = graph.call_function(torch.ops.tensorrt.execute_engine.default, ([x], engine))
+    first = graph.call_function(operator.getitem, (outs, 0))
+    graph.output(graph.call_function(torch.ops.aten.relu.default, (first,)))
+    return torch.fx.GraphModule(root, graph)
+
+
+def test_inline_engines_are_found_with_their_bytes_and_bindings() -> None:
+    ((name, engine),) = find_engines(_loaded())
+    assert name == "_run_on_acc_0"  # as the submodule of a fresh compile is named
+    assert trt_engine.engine_bytes(name, engine) == b"\x00zero\xff"  # base64 decoded
+    assert engine.input_binding_names == ("x",)
+    assert engine.output_binding_names == ("output0",)
+
+
+def test_the_call_of_an_inline_engine_is_not_a_fallback_op() -> None:
+    assert fallback_ops(_loaded(), {"_run_on_acc_0"}) == ["aten.relu.default"]
+
+
+def test_an_inline_engine_without_binding_names_has_none() -> None:
+    engine = read_inline_engine(StandInEngine(b"e", [], []))
+    assert engine.input_binding_names == engine.output_binding_names == ()
 
 
 def test_an_engine_without_bytes_fails_the_action(tmp_path: Any) -> None:

@@ -182,8 +182,14 @@ def test_contract_with_standin_refit_puts_the_weights_into_the_compiled_program(
     (example,) = refit.kwargs["arg_inputs"]
     assert tuple(example.shape) == (8, 10)
 
+    # refit returns a loaded program's module, its engine inline: found, and not a fallback op
     engine = execroot / "kiln-out/models/tiny_trt.engines/tiny_trt.engine"
     assert engine.read_bytes() == refit_engine_bytes(0, refit.args[1])
+    (record,) = manifest["engines"]
+    assert record["submodule"] == "_run_on_acc_0"
+    assert [b["name"] for b in record["inputs"]] == ["x"]
+    assert manifest["fallback_ops"] == {}
+    assert manifest["raw_engine"] == {"deployable": True, "problems": []}
     weights = execroot / "kiln-out/models/tiny_trt.weights.safetensors"
     assert manifest["weights"] == {
         "refit": True,

@@ -10,6 +10,10 @@ behave the way Torch-TensorRT's sources say the real ones do (v2.11-v2.13, read,
   are `_run_on_acc_N` children carrying `serialized_engine` bytes and
   `input_binding_names` (the graph's placeholders) / `output_binding_names`
   (output0, output1, ...);
+- the module refit returns is a loaded program's: its engines are inline,
+  `_run_on_acc_N_engine` attributes (StandInEngine, pickled state as
+  torch.classes.tensorrt.Engine's) passed to torch.ops.tensorrt.execute_engine, an op
+  defined here by its schema only (never run);
 - `save` of a cross-compiled module fails with "Engine has not been setup yet"
   (pytorch/TensorRT#3100) unless told otherwise;
 - the signatures name the real parameters, so kiln's filtering by
@@ -27,8 +31,10 @@ runs only on the GPU machine (tools/gpu_check.sh).
 
 from __future__ import annotations
 
+import base64
 import importlib.machinery
 import inspect
+import operator
 import sys
 import types
 from collections import namedtuple
@@ -41,6 +47,13 @@ import torch
 FeatureSet = namedtuple("FeatureSet", ["windows_cross_compile", "tensorrt_rtx", "refit"])
 
 NOT_SET_UP = "Engine has not been setup yet"
+
+# The op a loaded program's graph calls its inline engines with, so that a stand-in graph
+# names it as a real one does. Where the real runtime is loaded (on the GPU machine) it is
+# already defined.
+if not hasattr(torch.ops.tensorrt, "execute_engine"):
+    _TENSORRT_OPS = torch.library.Library("tensorrt", "FRAGMENT")
+    _TENSORRT_OPS.define("execute_engine(Tensor[] input_tensors, Any engine) -> Tensor[]")
 
 
 @dataclass
@@ -84,6 +97,22 @@ class StandInTrtModule(torch.nn.Module):
         raise RuntimeError(NOT_SET_UP)
 
 
+class StandInEngine:
+    """An inline engine (torch.classes.tensorrt.Engine): its pickled state is Torch-TensorRT's
+    serialized-engine list, the engine base64 at index 3, binding names joined by "%" at 4
+    and 5 (2.11's layout), wrapped in a tuple as `__getstate__` gives it."""
+
+    def __init__(self, engine: bytes, inputs: list[str], outputs: list[str]) -> None:
+        info = ["" for _ in range(11)]
+        info[1] = "standin"
+        info[3] = base64.b64encode(engine).decode()
+        info[4], info[5] = "%".join(inputs), "%".join(outputs)
+        self._info = info
+
+    def __getstate__(self) -> tuple[list[str]]:
+        return (list(self._info),)
+
+
 def _needs_cross_compile(f: Any) -> Any:
     """As Torch-TensorRT's decorator of that name (2.11-2.13): no functools.wraps, so the
     wrapper's own signature is (*args, **kwargs)."""
@@ -107,7 +136,7 @@ def engine_bytes(index: int) -> bytes:
 
 def refit_engine_bytes(index: int, program: Any) -> bytes:
     """What the stand-in's refit puts into engine `index`: bytes of the program's weights."""
-    total = sum(float(t.double().sum()) for t in program.state_dict.values())
+    total = sum(float(t.detach().double().sum()) for t in program.state_dict.values())
     return engine_bytes(index) + f"refit:{total:.6f}".encode()
 
 
@@ -261,17 +290,29 @@ class StandIn:
         return compile_fn
 
     def _graph_module(self, program: Any, *, refit: bool = False) -> torch.fx.GraphModule:
-        """placeholders -> _run_on_acc_0 [-> aten.relu] [-> _run_on_acc_1 ...] -> output."""
+        """placeholders -> _run_on_acc_0 [-> aten.relu] [-> _run_on_acc_1 ...] -> output;
+        refit's module has the engines inline (execute_engine on `_run_on_acc_N_engine`)."""
         graph = torch.fx.Graph()
         root = torch.nn.Module()
         names = list(program.graph_signature.user_inputs)
         values: list[Any] = [graph.placeholder(n) for n in names]
         for i in range(self.engines):
             binding_inputs = [v.name for v in values]
-            data = refit_engine_bytes(i, program) if refit else engine_bytes(i)
-            module = StandInTrtModule(data, binding_inputs, ["output0"])
-            root.add_module(f"_run_on_acc_{i}", module)
-            out = graph.call_module(f"_run_on_acc_{i}", tuple(values))
+            if refit:
+                data = refit_engine_bytes(i, program)
+                setattr(
+                    root,
+                    f"_run_on_acc_{i}_engine",
+                    StandInEngine(data, binding_inputs, ["output0"]),
+                )
+                engine = graph.get_attr(f"_run_on_acc_{i}_engine")
+                run = torch.ops.tensorrt.execute_engine.default
+                outs = graph.call_function(run, (list(values), engine))
+                out = graph.call_function(operator.getitem, (outs, 0))
+            else:
+                module = StandInTrtModule(engine_bytes(i), binding_inputs, ["output0"])
+                root.add_module(f"_run_on_acc_{i}", module)
+                out = graph.call_module(f"_run_on_acc_{i}", tuple(values))
             if self.fallback_op and i == 0:
                 out = graph.call_function(torch.ops.aten.relu.default, (out,))
             values = [out]

@@ -10,7 +10,8 @@
              or, if that fails ("Engine has not been setup yet", pytorch/TensorRT#3100),
              torch_tensorrt.dynamo.save_cross_compiled_exported_program(trt_gm, "<name>.ep")
 
-then the serialized engine of every TensorRT submodule (`_run_on_acc_N`) goes to
+then the serialized engine of every TensorRT submodule (`_run_on_acc_N`), or of every
+inline engine where the module was loaded from a saved program (find_engines), goes to
 <name>.engines/ and a manifest to <name>.manifest.json (see build_manifest).
 
 Settings are passed only when the installed torch_tensorrt names them (2.13
@@ -24,6 +25,8 @@ shared file under /tmp).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import inspect
 import operator
@@ -32,6 +35,7 @@ import sys
 import tempfile
 import traceback
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +68,8 @@ FORCED_OFF = {
 }
 LINUX_OFF = {"cache_built_engines": False, "reuse_cached_engines": False}
 TRT_SUBMODULE_PREFIX = "_run_on_acc"
+# The op a loaded program calls its inline engines with (find_engines).
+EXECUTE_ENGINE = "tensorrt.execute_engine"
 SHAPE_METHODS = frozenset({"size", "dim", "numel", "stride"})  # not ops left to PyTorch
 
 
@@ -287,7 +293,15 @@ def _accepts(function: Any, name: str) -> bool:
 
 
 def find_engines(trt_gm: Any) -> list[tuple[str, Any]]:
-    """The TensorRT submodules (name, module), in the order the graph calls them."""
+    """The TensorRT engines (name, holder), in the order the graph calls them.
+
+    A module fresh from compile holds them as `_run_on_acc_N` submodules. One loaded
+    from a saved program, which is what refit_module_weights returns for the refittable
+    .ep, holds them inline: `_run_on_acc_N_engine` attributes (torch.classes.tensorrt
+    .Engine objects) that the graph passes to torch.ops.tensorrt.execute_engine (seen on
+    the H200, 2026-12-01: the refit mlp_trt had no submodule and one such call). Both
+    are named `_run_on_acc_N` here, so the manifest reads the same either way.
+    """
     children = dict(trt_gm.named_children())
 
     def is_trt(name: str) -> bool:
@@ -296,7 +310,76 @@ def find_engines(trt_gm: Any) -> list[tuple[str, Any]]:
 
     called = [n.target for n in trt_gm.graph.nodes if n.op == "call_module"]
     order = list(dict.fromkeys([*called, *children]))
-    return [(name, children[name]) for name in order if name in children and is_trt(name)]
+    found = [(name, children[name]) for name in order if name in children and is_trt(name)]
+    for node in trt_gm.graph.nodes:
+        if _executes_engine(node) and getattr(node.args[1], "op", None) == "get_attr":
+            attribute = str(node.args[1].target)
+            holder = read_inline_engine(_attribute(trt_gm, attribute))
+            found.append((attribute.removesuffix("_engine"), holder))
+    return found
+
+
+def _executes_engine(node: Any) -> bool:
+    return node.op == "call_function" and op_name(node.target).startswith(EXECUTE_ENGINE)
+
+
+def _attribute(module: Any, dotted: str) -> Any:
+    value = module
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+@dataclass(frozen=True)
+class InlineEngine:
+    """An inline engine's bytes and binding names, as a `_run_on_acc_N` submodule has them."""
+
+    serialized_engine: bytes
+    input_binding_names: tuple[str, ...]
+    output_binding_names: tuple[str, ...]
+
+
+def read_inline_engine(engine: Any) -> InlineEngine:
+    """What a torch.classes.tensorrt.Engine holds, from its pickled state.
+
+    The state is Torch-TensorRT's serialized-engine list (as its refit reads it:
+    `engine.__getstate__()[0]`): the engine base64-encoded at ENGINE_IDX, the binding
+    names joined by SERIALIZED_ENGINE_BINDING_DELIM. The indices come from the runtime's
+    own ops where it registers them, else 2.11-2.13's values.
+    """
+    state = engine.__getstate__()
+    info = state[0] if state and isinstance(state[0], (list, tuple)) else state
+    engine_at = _runtime_constant("ENGINE_IDX", 3)
+    inputs_at = _runtime_constant("INPUT_BINDING_NAMES_IDX", 4)
+    outputs_at = _runtime_constant("OUTPUT_BINDING_NAMES_IDX", 5)
+    delim = str(_runtime_constant("SERIALIZED_ENGINE_BINDING_DELIM", "%"))[:1]
+
+    def names(packed: Any) -> tuple[str, ...]:
+        text = packed.decode() if isinstance(packed, bytes) else str(packed)
+        return tuple(text.split(delim)) if text else ()
+
+    return InlineEngine(
+        serialized_engine=_decoded_engine(info[engine_at]),
+        input_binding_names=names(info[inputs_at]),
+        output_binding_names=names(info[outputs_at]),
+    )
+
+
+def _decoded_engine(data: Any) -> bytes:
+    raw = data.encode("latin-1") if isinstance(data, str) else bytes(data)
+    try:
+        return base64.b64decode(raw, validate=True)
+    except binascii.Error:  # not base64: the engine's own bytes
+        return raw
+
+
+def _runtime_constant(name: str, default: Any) -> Any:
+    try:
+        import torch
+
+        return getattr(torch.ops.tensorrt, name)()
+    except Exception:  # no Torch-TensorRT runtime registered (or no such op in it)
+        return default
 
 
 def engine_bytes(name: str, module: Any) -> bytes:
@@ -342,6 +425,8 @@ def fallback_ops(trt_gm: Any, engine_names: set[str]) -> list[str]:
 def _tensor_ops(graph: Any) -> list[str]:
     out = []
     for node in graph.nodes:
+        if _executes_engine(node):  # an inline engine (find_engines), not a PyTorch op
+            continue
         if node.op == "call_method" and node.target not in SHAPE_METHODS:
             out.append(f"Tensor.{node.target}")
         elif node.op == "call_function" and _computes_tensor(node):
