@@ -228,14 +228,16 @@ windows_preflight() {
 
 refit_split() {
   local ws=$out/refit-ws helper=$repo/tools/gpu_check_refit.py
-  rm -rf "$ws"
+  rm -rf "$ws" "$ws.cache"
   timeout 60 "$py" "$helper" workspace "$ws" || return 1
-  (cd "$ws" && kiln build --verbose_failures //models:mlp_trt \
+  # A disk cache of its own: the build step's entries (same model, same weights, and keys
+  # that do not depend on the workspace's path) would otherwise answer the first build.
+  (cd "$ws" && kiln build --verbose_failures //models:mlp_trt --disk_cache="$ws.cache" \
     --build_event_json_file="$out/refit-first.events.json") || return 1
   timeout 120 "$py" "$helper" events "$ws" "$out/refit-first.events.json" FIRST || return 1
   timeout 300 "$py" "$helper" check "$ws" "$out/refit-first.json" || return 1
   timeout 120 "$py" "$helper" retrain "$ws" 7 || return 1
-  (cd "$ws" && kiln build --verbose_failures --explain //models:mlp_trt \
+  (cd "$ws" && kiln build --verbose_failures --explain //models:mlp_trt --disk_cache="$ws.cache" \
     --build_event_json_file="$out/refit-second.events.json") || return 1
   timeout 120 "$py" "$helper" events "$ws" "$out/refit-second.events.json" SECOND || return 1
   timeout 300 "$py" "$helper" check "$ws" "$out/refit.json" || return 1
