@@ -6,6 +6,7 @@ from pathlib import Path
 
 from kiln.action_specs import CompileSpec, CpuTarget, PackageSpec
 from kiln.actions import temp_state
+from kiln.actions.aoti_compile import inductor_configs
 from kiln.actions.aoti_package import inductor_cache_dir
 
 from tests.model_fixtures import MLP
@@ -67,3 +68,23 @@ def test_the_compile_of_a_structure_is_named_the_same_way(tmp_path: Path) -> Non
     assert inductor_cache_dir(kiln) == inductor_cache_dir(bazel)
     other = kiln.model_copy(update={"cpu_target": "x86-64-v3"})
     assert inductor_cache_dir(other) != inductor_cache_dir(kiln)
+
+
+def _compile(device: str, **configs: object) -> CompileSpec:
+    return CompileSpec(
+        structure="s.pt2",
+        output="p.pt2",
+        layout="l.json",
+        device=device,  # type: ignore[arg-type]
+        cpu_target="native",
+        inductor_configs=dict(configs),
+    )
+
+
+def test_a_cuda_compile_picks_its_kernel_configs_by_heuristic_not_by_timing() -> None:
+    """Timing-based autotuning made two H200 builds of one program differ."""
+    assert inductor_configs(_compile("cuda"), "k")["triton.autotune_pointwise"] is False
+    assert "triton.autotune_pointwise" not in inductor_configs(_compile("cpu"), "k")
+    asked = inductor_configs(_compile("cuda", **{"triton.autotune_pointwise": True}), "k")
+    assert asked["triton.autotune_pointwise"] is True  # the target's own setting wins
+    assert asked["freezing"] is False  # never the split settings

@@ -50,6 +50,14 @@ SPLIT_CONFIGS: dict[str, Any] = {
     "freezing": False,
 }
 METADATA = "aot_inductor.metadata"
+# For CUDA, Inductor picks among a pointwise kernel's Triton configs by timing each at
+# compile time, so two compiles of one structure differ: on the H200 (2026-12-01) two
+# builds of mlp_cuda had different kernels, cubins and wrapper. A package must be the same
+# bytes wherever it is built (and a remote build's keys a local one's), so the one
+# heuristic config, unless the target's inductor_configs ask for autotuning.
+REPRODUCIBLE_CONFIGS: dict[str, dict[str, Any]] = {
+    "cuda": {"triton.autotune_pointwise": False},
+}
 
 
 def main(spec: CompileSpec) -> None:
@@ -96,13 +104,15 @@ def _compiler_error(error: Exception) -> str:
 
 
 def inductor_configs(spec: CompileSpec, key: str) -> dict[str, Any]:
-    """The user's settings with kiln's split settings over them, and the compile's
-    provenance in the package metadata (the join keeps it)."""
+    """kiln's reproducible defaults for the device, the user's settings over them, kiln's
+    split settings over those, and the compile's provenance in the package metadata (the
+    join keeps it)."""
     configs = dict(spec.inductor_configs)
     metadata = configs.pop(METADATA, None) or {}
     if not isinstance(metadata, dict):
         raise ActionFailure(f"inductor_configs '{METADATA}' must be a dict of strings")
     return {
+        **REPRODUCIBLE_CONFIGS.get(spec.device, {}),
         **configs,
         **SPLIT_CONFIGS,
         METADATA: {**{str(k): str(v) for k, v in metadata.items()}, "kiln.compile_key": key},
@@ -118,6 +128,7 @@ def compile_key(spec: CompileSpec, torch_version: str) -> str:
         "cpu_target": spec.cpu_target,
         "inductor_configs": spec.inductor_configs,
         "split_configs": SPLIT_CONFIGS,
+        "reproducible_configs": REPRODUCIBLE_CONFIGS.get(spec.device, {}),
         "toolchain": {
             "torch": torch_version,
             "python": platform.python_version(),
