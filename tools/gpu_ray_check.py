@@ -13,18 +13,20 @@ On the GPU machine, everything on 127.0.0.1 and stopped by PID at the end:
     local     the same targets in a fresh copy with this machine's GPU, no cluster, no
               cache: each action's key must equal the remote build's (the key a GPU
               machine computes for itself); outputs are compared byte for byte (a
-              TensorRT engine may differ: tactic selection is timed; reported, not failed)
+              TensorRT engine may differ: tactic selection is timed; reported, not failed,
+              with what differs in differ.txt)
     hits      a third copy with the GPU and --remote_cache only: every action a remote hit
 
 Prints PASS / FAIL / INFO lines (also into $OUT/summary.txt); exit 1 if any failed.
-$OUT gets 8 files at most (what a device call brings back): summary.txt, env.log and
-install.log (from the .sh), info-cluster.txt, remote.log, remote.events.json, local.log,
-hits.log.
+$OUT gets summary.txt, env.log and install.log (from the .sh), info-cluster.txt,
+remote.log, remote.events.json, local.log, hits.log and, where outputs differ,
+differ.txt: the members of each package that differ, a text one's diff shortened.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
 import shutil
@@ -32,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -161,7 +164,59 @@ def build(root: Path, out: Path, name: str, *flags: str) -> tuple[int, list[dict
 
 
 def by_action(events: list[dict[str, object]]) -> dict[str, dict[str, object]]:
-    return {f"{e['mnemonic']} {e['label']}": e for e in events}
+    """The actions by mnemonic, label and first output (a target has several FileWrites)."""
+    return {f"{e['mnemonic']} {e['label']} {_first(e.get('outputs'))}": e for e in events}
+
+
+def _first(outputs: object) -> str:
+    return str(outputs[0]) if isinstance(outputs, list) and outputs else ""
+
+
+TEXT = (".cpp", ".h", ".json", ".py", ".txt", ".cmake")
+
+
+def what_differs(local: Path, remote: Path, lines: int = 80) -> str:
+    """The members of two packages (zip files) that differ, a text member's diff
+    shortened; for other files the diff itself, or their sizes."""
+    head = f"=== {local.name}\n"
+    if not remote.is_file():
+        return head + "missing from the remote build\n"
+    if not (zipfile.is_zipfile(local) and zipfile.is_zipfile(remote)):
+        return head + _diff(local.name, local.read_bytes(), remote.read_bytes(), lines)
+    with zipfile.ZipFile(local) as a, zipfile.ZipFile(remote) as b:
+        ours = {i.filename: i for i in a.infolist()}
+        theirs = {i.filename: i for i in b.infolist()}
+        parts = [head]
+        for name in sorted(ours.keys() - theirs.keys()):
+            parts.append(f"only local:  {name}\n")
+        for name in sorted(theirs.keys() - ours.keys()):
+            parts.append(f"only remote: {name}\n")
+        for name in sorted(ours.keys() & theirs.keys()):
+            mine, other = a.read(name), b.read(name)
+            if mine != other:
+                parts.append(f"--- member {name}\n" + _diff(name, mine, other, lines))
+        # Members named by a hash of their content: pair them by suffix to show how.
+        for suffix in TEXT:
+            mine = [n for n in ours.keys() - theirs.keys() if n.endswith(suffix)]
+            other = [n for n in theirs.keys() - ours.keys() if n.endswith(suffix)]
+            if len(mine) == len(other) == 1:
+                parts.append(f"--- {mine[0]} vs {other[0]}\n")
+                parts.append(_diff(suffix, a.read(mine[0]), b.read(other[0]), lines))
+    return "".join(parts)
+
+
+def _diff(name: str, mine: bytes, other: bytes, lines: int) -> str:
+    if not name.endswith(TEXT):
+        return f"binary: {len(mine)} bytes local, {len(other)} remote\n"
+    diff = difflib.unified_diff(
+        mine.decode(errors="replace").splitlines(),
+        other.decode(errors="replace").splitlines(),
+        "local",
+        "remote",
+        lineterm="",
+        n=1,
+    )
+    return "\n".join(list(diff)[:lines]) + "\n"
 
 
 def builds(url: str, address: str, tmp: Path, out: Path) -> None:
@@ -213,7 +268,9 @@ def builds(url: str, address: str, tmp: Path, out: Path) -> None:
         )
     report("INFO", "bytes equal", ", ".join(same))
     if other:
-        report("INFO", "bytes differ (TensorRT timing-based tactics?)", ", ".join(other))
+        report("INFO", "bytes differ (see differ.txt)", ", ".join(other))
+        differences = [what_differs(local_out / name, remote_out / name) for name in other]
+        (out / "differ.txt").write_text("\n".join(differences))
     code, hits = build(workspace(tmp / "hits" / "ws"), out, "hits", f"--remote_cache={url}")
     sources = {str(e["strategy"]) for e in hits}
     all_hits = code == 0 and sources <= {"remote", "write"} and "remote" in sources
