@@ -169,3 +169,25 @@ def test_output_shapes_follow_from_the_input_ranges() -> None:
         {"dtype": "int64", "min": [3], "opt": [7], "max": [40]},
         {"dtype": "float16", "min": [1, 2], "opt": [4, 2], "max": [32, 2]},
     ]
+
+
+class _Small(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) + 1
+
+
+def test_programs_saved_inside_torch_tensorrt_save_carry_no_stack_traces(tmp_path: Any) -> None:
+    """torch_tensorrt.save ends in torch.export.save of a re-exported program whose
+    stack traces name the building process's files: kiln's save leaves them out."""
+    import zipfile
+
+    program = torch.export.export(_Small(), (torch.randn(2, 3),))
+    assert any("stack_trace" in n.meta for n in program.graph.nodes)  # what could leak
+    original = torch.export.save
+    with trt_engine.canonical_export_saves():
+        torch.export.save(program, tmp_path / "p.ep")  # as torch_tensorrt.save calls it
+    assert torch.export.save is original  # put back
+    with zipfile.ZipFile(tmp_path / "p.ep") as archive:
+        saved = b"".join(archive.read(n) for n in archive.namelist())
+    assert b"stack_trace" not in saved
+    assert __file__.encode() not in saved

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import inspect
 import operator
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import traceback
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -256,7 +258,8 @@ def save_program(
     if shapes is not None and _accepts(torch_tensorrt.save, "dynamic_shapes"):
         extra["dynamic_shapes"] = shapes
     try:
-        torch_tensorrt.save(trt_gm, str(path), arg_inputs=examples, **extra)
+        with canonical_export_saves():
+            torch_tensorrt.save(trt_gm, str(path), arg_inputs=examples, **extra)
     except Exception as error:
         if not windows:
             raise ActionFailure(f"{DOCUMENTED_SAVE} failed: {_brief(error)}") from error
@@ -270,7 +273,8 @@ def save_program(
             load_on="Windows x86-64" if windows else "Linux x86-64",
         )
     try:
-        torch_tensorrt.dynamo.save_cross_compiled_exported_program(trt_gm, str(path))
+        with canonical_export_saves():
+            torch_tensorrt.dynamo.save_cross_compiled_exported_program(trt_gm, str(path))
     except Exception as error:
         raise ActionFailure(
             f"saving the cross-compiled program failed both ways: {DOCUMENTED_SAVE}: "
@@ -283,6 +287,35 @@ def save_program(
         load=f'torch_tensorrt.load_cross_compiled_exported_program("{name}").module()',
         load_on="Windows x86-64",
     )
+
+
+@contextlib.contextmanager
+def canonical_export_saves() -> Iterator[None]:
+    """torch.export.save writes each program canonicalized (torch_export.canonicalize: no
+    stack_trace) while the block runs.
+
+    torch_tensorrt.save re-exports the compiled module and passes that program to
+    torch.export.save (looked up at the call, in 2.11 to 2.13) with each node's
+    stack_trace, which names the files of the process that traced it: the `.ep` of a
+    remote node and of a local build differed (H200, 2026-12-01) while their engines
+    were the same bytes.
+    """
+    import torch
+
+    from kiln.actions.torch_export import canonicalize
+
+    original = torch.export.save
+
+    def save(program: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(program, torch.export.ExportedProgram):
+            canonicalize(program)
+        return original(program, *args, **kwargs)
+
+    torch.export.save = save  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.export.save = original
 
 
 def _accepts(function: Any, name: str) -> bool:
