@@ -190,7 +190,8 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
             ),
         )
         # The package (and its weights file) and eager's goldens, not the model's source.
-        # Never in a worker: a package that aborts must fail this check, not a worker.
+        # In a worker too: the checks run in a child forked from the worker's fork server,
+        # so a package that aborts fails this check, never the worker.
         actions.run(
             "AotiValidate",
             "validate",
@@ -198,7 +199,6 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
             [package, *([separate] if separate else []), goldens],
             [report],
             2000,
-            workers=False,
             extra_packages=("safetensors",),
         )
         outputs.append(report)
@@ -247,7 +247,6 @@ class _Actions:
         outputs: list[File],
         memory_mb: int,
         *,
-        workers: bool = True,
         extra_packages: tuple[str, ...] = (),
     ) -> None:
         self.ctx.actions.run_python(
@@ -260,7 +259,7 @@ class _Actions:
             python_env=self.python_env,
             platform=self.platform,
             resources=Resources(cpu=1, gpu=self.gpu, memory_mb=memory_mb),
-            supports_workers=workers,
+            supports_workers=True,
         )
 
 

@@ -29,14 +29,15 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kiln.cache": ("kiln.errors", "kiln.layout"),
     "kiln.state_file": ("kiln.cache",),
     # python -m kiln.actions.<name>: the torch scripts read spec records, nothing of the engine
-    "kiln.actions": ("kiln.action_specs", "kiln.cc_templates"),
+    "kiln.fork_server": (),
+    "kiln.actions": ("kiln.action_specs", "kiln.cc_templates", "kiln.fork_server"),
     # what rules/ sees: the records and a few leaves, behind one surface
     "kiln.rule_api": (*LEAVES, *RECORDS),
     "kiln.rules": ("kiln.rule_api", "kiln.rules.toolchain"),
     # toolchains of the catalogue (rules/*_toolchain.py) are unpickled on a no-op build:
     # they stay below the rule API (no pydantic) and use the leaves directly
     "kiln.rules.toolchain": ("kiln.host_facts", "kiln.machine", "kiln.action_graph", "kiln.cache"),
-    "kiln.workers": ("kiln.errors",),
+    "kiln.workers": ("kiln.errors", "kiln.fork_server"),
     # the Python environments actions run in: made with pip, below the executor
     "kiln.pyenv": (*LEAVES, "kiln.action_graph", "kiln.pip_lock"),
     # namespaces and mounts; its processes speak the workers' frames

@@ -16,9 +16,11 @@ It reads no model source: a comment-only edit of the model re-runs TorchExport,
 whose goldens come out byte-identical, and this check is a cache hit.
 
 Some bad inputs abort the whole process (an uncaught c10::Error). So the checks
-run in a child process of this action (never a persistent worker): a child that
-dies is reported as a failed check at the shape point it had reached, in one
-paragraph, with the C++ error's text.
+run in a child process of this action: a child that dies is reported as a failed
+check at the shape point it had reached, in one paragraph, with the C++ error's
+text. In a persistent worker that child is forked from the worker's fork server
+(kiln.fork_server: torch already imported, and a package that aborts kills the
+child, never the worker); elsewhere it is a fresh `python -m`.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kiln import fork_server
 from kiln.action_specs import (
     GoldenOutputs,
     GoldenPoint,
@@ -273,23 +277,49 @@ def main(spec: ValidateSpec, argv: Sequence[str]) -> None:
     paragraph, at the shape point it had reached."""
     progress = Path(os.environ.get("TMPDIR") or "/tmp") / f"kiln-validate-{os.getpid()}"
     progress.unlink(missing_ok=True)
-    child = subprocess.run(
-        [sys.executable, "-m", "kiln.actions.validate", CHILD, *argv, str(progress)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    sys.stdout.write(child.stdout)
+    returncode, stdout, stderr = _run_checks([CHILD, *argv, str(progress)])
+    sys.stdout.write(stdout)
     reached = progress.read_text() if progress.exists() else ""
     progress.unlink(missing_ok=True)
-    if child.returncode == 0:
-        sys.stderr.write(child.stderr)
+    if returncode == 0:
+        sys.stderr.write(stderr)
         return
-    marker = child.stderr.find(ERROR_PREFIX)
-    if child.returncode == 1 and marker >= 0:
-        sys.stderr.write(child.stderr if verbose() else child.stderr[marker:])
+    marker = stderr.find(ERROR_PREFIX)
+    if returncode == 1 and marker >= 0:
+        sys.stderr.write(stderr if verbose() else stderr[marker:])
         raise SystemExit(1)
-    raise _died(spec, child.returncode, child.stderr, reached)
+    raise _died(spec, returncode, stderr, reached)
+
+
+def _run_checks(argv: list[str]) -> tuple[int, str, str]:
+    """`python -m kiln.actions.validate argv` in a child: (exit status, stdout, stderr).
+
+    In a persistent worker the child is forked from the worker's fork server, torch
+    already imported (1.5 s less); elsewhere it is a fresh interpreter."""
+    server = fork_server.current()
+    if server is None:
+        child = subprocess.run(
+            [sys.executable, "-m", "kiln.actions.validate", *argv],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return child.returncode, child.stdout, child.stderr
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        code = server.run(
+            "kiln.actions.validate",
+            argv,
+            os.environ,
+            os.getcwd(),
+            (0, out.fileno(), err.fileno()),
+        )
+        out.seek(0)
+        err.seek(0)
+        return code, _text(out.read()), _text(err.read())
+
+
+def _text(data: bytes) -> str:
+    return data.decode(errors="replace")
 
 
 def _died(spec: ValidateSpec, code: int, stderr: str, reached: str) -> ActionError:

@@ -2,8 +2,9 @@
 --lifeline-fd L --preload M`.
 
 Imports the preload modules once (a module that fails to import is reported
-in the hello frame, not fatal), then runs one request at a time until the
-request pipe reaches end of file. See protocol.py for the frames and
+in the hello frame, not fatal), forks its fork server from that state (kiln.fork_server:
+children of actions with torch already imported), then runs one request at a time
+until the request pipe reaches end of file. See protocol.py for the frames and
 inprocess.py for what each action sees. The pool starts it in a new session
 with stdin and stdout on /dev/null and stderr on its log.
 
@@ -28,6 +29,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from kiln import fork_server
 from kiln.workers.inprocess import SetupError, run_request
 from kiln.workers.isolation import Baseline
 from kiln.workers.protocol import ProtocolError, WorkRequest, read_frame, write_frame
@@ -52,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         watch_lifeline(options.lifeline_fd)
 
     errors = preload(options.preload)
+    # Before any action ran: torch's thread pools do not exist yet, so its forks can use them.
+    fork_server.ForkServer.start()
     write_frame(responses, {"pid": os.getpid(), "preload_errors": errors})
     baseline = Baseline.capture()
     while True:
