@@ -82,7 +82,9 @@ class ExecOptions:
     # Actions run in a sandbox where the kernel allows (exec/sandboxing.py); --nosandbox.
     sandbox: bool = True
     # Modules a worker imports once at start: what Python actions would import each time.
-    worker_preload: tuple[str, ...] = ("torch", "torch._inductor")
+    # Its fork server is forked after them, so a validation's child has them too
+    # (kiln.action_specs, pydantic's models: 0.2 s a child would import again).
+    worker_preload: tuple[str, ...] = ("torch", "torch._inductor", "kiln.action_specs")
     # --pip_find_links: Python environments are made offline from these wheelhouses.
     pip_find_links: tuple[str, ...] = ()
     # --remote_local_fallback: an action the cluster cannot be reached for runs here
