@@ -297,25 +297,29 @@ def _run_checks(argv: list[str]) -> tuple[int, str, str]:
     In a persistent worker the child is forked from the worker's fork server, torch
     already imported (1.5 s less); elsewhere it is a fresh interpreter."""
     server = fork_server.current()
-    if server is None:
-        child = subprocess.run(
-            [sys.executable, "-m", "kiln.actions.validate", *argv],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        return child.returncode, child.stdout, child.stderr
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        code = server.run(
-            "kiln.actions.validate",
-            argv,
-            os.environ,
-            os.getcwd(),
-            (0, out.fileno(), err.fileno()),
-        )
-        out.seek(0)
-        err.seek(0)
-        return code, _text(out.read()), _text(err.read())
+    if server is not None:
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            try:
+                code = server.run(
+                    "kiln.actions.validate",
+                    argv,
+                    os.environ,
+                    os.getcwd(),
+                    (0, out.fileno(), err.fileno()),
+                )
+            except OSError:
+                pass  # the server is gone (killed by the OOM killer, say): a fresh process
+            else:
+                out.seek(0)
+                err.seek(0)
+                return code, _text(out.read()), _text(err.read())
+    child = subprocess.run(
+        [sys.executable, "-m", "kiln.actions.validate", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return child.returncode, child.stdout, child.stderr
 
 
 def _text(data: bytes) -> str:
