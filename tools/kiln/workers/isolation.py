@@ -24,7 +24,9 @@ Not isolated (documented limits): threads an action leaves running, atexit
 handlers it registers (they run when the worker exits), environment variables
 set with os.putenv behind os.environ's back, C++ warn-once state, and other
 global state of preloaded libraries. The worker runs one thread of its own
-(the lifeline watchdog, main.py), so threading.active_count() is one higher.
+(the lifeline watchdog, main.py), so threading.active_count() is one higher,
+and has one child of its own (its fork server, kiln.fork_server): an action's
+os.wait() for any child, with none of its own, waits for that one.
 What preloading prints goes to the worker's log, not to an action's stderr (a
 plain run that imports torch may print a warning there).
 """
