@@ -56,6 +56,7 @@ KILN_PY = {
     "kiln/cc_templates.py": "tools/kiln/cc_templates.py",
     "kiln/code_digest.py": "tools/kiln/code_digest.py",
     "kiln/errors.py": "tools/kiln/errors.py",
+    "kiln/fork_server.py": "tools/kiln/fork_server.py",
     "kiln/host_facts.py": "tools/kiln/host_facts.py",
     "kiln/label.py": "tools/kiln/label.py",
     "kiln/layout.py": "tools/kiln/layout.py",
@@ -255,6 +256,7 @@ CODE = {
         "kiln/actions/spec.py",
         "kiln/actions/torchvision_cpu.py",
         "kiln/actions/validate.py",
+        "kiln/fork_server.py",
     ],
 }
 
