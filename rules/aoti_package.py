@@ -19,8 +19,11 @@ Compiled once per architecture, weights joined after. Actions, each cached on it
 
 `weights` picks the deployment form: "packaged" (a self-contained .pt2) or
 "separate" (the .pt2 holds the program alone; <name>.weights.safetensors is loaded
-at start). Backend "tensorrt" compiles with Torch-TensorRT (export with weights,
-AotiPackage, validation) and needs torch_tensorrt.
+at start). Backend "tensorrt" compiles with Torch-TensorRT and needs torch_tensorrt:
+where it can refit (and `refit` is left on), TorchExport (structure + weights),
+TrtCompile (the refittable program, once per architecture) and AotiPackage (the
+weights refit in, then Torch-TensorRT's AOTInductor packaging); otherwise
+TorchExport (weights inside) and AotiPackage. Validation as above.
 """
 
 from __future__ import annotations
@@ -46,11 +49,14 @@ from kiln.rule_api import (
     RuleAttrs,
     RuleContext,
     TensorRTSettings,
+    TrtCompileSpec,
+    TrtRefit,
     ValidateSpec,
     WeightsForm,
 )
 from kiln.rules import aoti_loader
 from kiln.rules.torch_model import TorchModelInfo
+from kiln.rules.trt_toolchain import TENSORRT
 from pydantic import Field
 
 # The standard and the TensorRT-RTX flavours of Torch-TensorRT install under different names.
@@ -128,6 +134,12 @@ class AotiPackageAttrs(RuleAttrs):
     )
     use_explicit_typing: bool | None = Field(
         default=None, description="Torch-TensorRT < 2.13 only (strong typing is always on)"
+    )
+    refit: bool = Field(
+        default=True,
+        description="backend 'tensorrt': build the engines once from the model's structure "
+        "and refit each weights change into them (where the toolchain can refit); False: "
+        "build them with the weights, so each change of weights rebuilds them",
     )
     memory_mb: int = Field(
         default=4000, ge=0, description="memory the packaging may take, for the scheduler (MB)"
@@ -351,6 +363,8 @@ def _tensorrt_package(
 ) -> File:
     """Export (weights inside), then Torch-TensorRT's AOTInductor packaging: the .pt2."""
     attrs, name = ctx.attrs, ctx.name
+    if attrs.refit and ctx.toolchain(TENSORRT).refit:
+        return _refit_package(ctx, model, actions, goldens)
     program = ctx.declare_file(f"{name}.ep.pt2")
     export_spec = ctx.declare_file(f"{name}.export.json")
     ctx.actions.write_spec(
@@ -387,9 +401,93 @@ def _tensorrt_package(
             inductor_configs=attrs.inductor_configs,
             signature=model.signature,
             tensorrt=_tensorrt_settings(attrs),
+            refit=None,
         ),
     )
     actions.run("AotiPackage", "aoti_package", package_spec, [program], [package], attrs.memory_mb)
+    return package
+
+
+def _refit_package(
+    ctx: RuleContext[AotiPackageAttrs],
+    model: TorchModelInfo,
+    actions: _Actions,
+    goldens: File | None,
+) -> File:
+    """The engines built once per architecture, as trt_engine builds them:
+
+    TorchExport   the structure (placeholders), the weights apart, eager's goldens
+    TrtCompile    structure -> <name>.refittable.ep (immutable_weights False)
+    AotiPackage   refit the weights into it, then Torch-TensorRT's AOTInductor
+                  packaging: a change of weights alone re-runs this, never TrtCompile
+    """
+    attrs, name = ctx.attrs, ctx.name
+    structure = ctx.declare_file(f"{name}.structure.pt2")
+    weights = ctx.declare_file(f"{name}.weights.safetensors")
+    export_spec = ctx.declare_file(f"{name}.export.json")
+    ctx.actions.write_spec(
+        export_spec,
+        ExportSpec(
+            model=model.spec,
+            device=attrs.device,
+            output=structure.path,
+            goldens=goldens.path if goldens else None,
+            weights=weights.path,
+        ),
+    )
+    exported = [structure, weights, *([goldens] if goldens else [])]
+    actions.run(
+        "TorchExport",
+        "torch_export",
+        export_spec,
+        model.files,
+        exported,
+        2000,
+        extra_packages=("safetensors",),
+    )
+    settings = _tensorrt_settings(attrs)
+    compiled = ctx.declare_file(f"{name}.refittable.ep")
+    compile_spec = ctx.declare_file(f"{name}.compile.json")
+    ctx.actions.write_spec(
+        compile_spec,
+        TrtCompileSpec(
+            label=ctx.label,
+            structure=structure.path,
+            device=attrs.device,
+            signature=model.signature,
+            ranges=model.signature.ranges(),
+            settings={**settings.compile_kwargs(), "immutable_weights": False},
+            output=compiled.path,
+        ),
+    )
+    actions.run("TrtCompile", "trt_compile", compile_spec, [structure], [compiled], attrs.memory_mb)
+
+    package = ctx.declare_file(f"{name}.pt2")
+    package_spec = ctx.declare_file(f"{name}.package.json")
+    refit = TrtRefit(compiled=compiled.path, structure=structure.path, weights=weights.path)
+    ctx.actions.write_spec(
+        package_spec,
+        PackageSpec(
+            program=compiled.path,
+            output=package.path,
+            device=attrs.device,
+            backend=attrs.backend,
+            cpu_target=attrs.cpu_target,
+            inductor_configs=attrs.inductor_configs,
+            signature=model.signature,
+            tensorrt=settings,
+            refit=refit,
+        ),
+    )
+    actions.run(
+        "AotiPackage",
+        "aoti_package",
+        package_spec,
+        [compiled, structure, weights],
+        [package],
+        attrs.memory_mb,
+        extra_packages=("safetensors",),
+    )
     return package
 
 
@@ -452,5 +550,5 @@ RULE = Rule(
         "emits a C++ loader library."
     ),
     impl=implementation,
-    toolchains=(GPUS,),
+    toolchains=(GPUS, TENSORRT),
 )

@@ -364,6 +364,16 @@ class TensorRTSettings(Record):
         return kwargs
 
 
+class TrtRefit(Record):
+    """TrtEngine's (or a Torch-TensorRT AotiPackage's) inputs when it refits instead of
+    building: the refittable program TrtCompile built from the structure, and the
+    weights to put into it."""
+
+    compiled: str  # <name>.refittable.ep
+    structure: str  # <name>.structure.pt2 (placeholders for weights)
+    weights: str  # <name>.weights.safetensors
+
+
 class PackageSpec(Spec):
     """AotiPackage: an exported program into an AOTInductor .pt2 (or through Torch-TensorRT).
 
@@ -379,6 +389,9 @@ class PackageSpec(Spec):
     inductor_configs: dict[str, JsonValue]
     signature: ModelSignature
     tensorrt: TensorRTSettings | None  # backend = "tensorrt" only
+    # backend = "tensorrt" where the toolchain can refit: `program` is then TrtCompile's
+    # refittable program, and the weights are refit into it (no engine build)
+    refit: TrtRefit | None
 
 
 class ValidateSpec(Spec):
@@ -550,15 +563,6 @@ class ValidationReport(Spec):
 class BuildGpu(Record):
     name: str
     compute_capability: str  # "9.0"
-
-
-class TrtRefit(Record):
-    """TrtEngine's inputs when it refits instead of building: the refittable program
-    TrtCompile built from the structure, and the weights to put into it."""
-
-    compiled: str  # <name>.refittable.ep
-    structure: str  # <name>.structure.pt2 (placeholders for weights)
-    weights: str  # <name>.weights.safetensors
 
 
 class TrtCompileSpec(Spec):

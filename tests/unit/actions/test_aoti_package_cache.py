@@ -7,7 +7,7 @@ from pathlib import Path
 from kiln.action_specs import CompileSpec, CpuTarget, PackageSpec
 from kiln.actions import temp_state
 from kiln.actions.aoti_compile import inductor_configs
-from kiln.actions.aoti_package import inductor_cache_dir
+from kiln.actions.inductor_cache import inductor_cache_dir
 
 from tests.model_fixtures import MLP
 
@@ -22,6 +22,7 @@ def _spec(root: str, program: Path, cpu_target: CpuTarget = "native") -> Package
         inductor_configs={},
         signature=MLP.signature,
         tensorrt=None,
+        refit=None,
     )
 
 

@@ -24,52 +24,13 @@ import pytest
 import torch
 from kiln.action_specs import ExportSpec, TrtCompileSpec, TrtEngineSpec
 from kiln.actions import torch_export, trt_compile, trt_engine
-from kiln.rule_api import DynamicDim, ModelSource, TensorSpec
-from kiln.rules.torch_model import TorchModelInfo
 from safetensors.torch import load_file
 from trt_fixtures import GPU_STANDARD, analyze, by_mnemonic, written
 from trt_manifests import record
 from trt_standin import StandIn, engine_bytes, refit_engine_bytes
-
-from tests.model_fixtures import model_info
+from trt_tiny import TINY, TINY_SOURCE, eager_state
 
 pytestmark = pytest.mark.torch
-
-TINY_SOURCE = """\
-import torch
-from torch import nn
-
-
-class Tiny(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(10, 4)
-
-    def forward(self, x):
-        return torch.relu(self.fc(x))
-
-
-def build():
-    return Tiny()
-"""
-
-_BASE = model_info(
-    "//models:tiny",
-    "models/trt_refit_tiny.py",
-    "trt_refit_tiny:build",
-    (TensorSpec(name="x", shape=(8, 10), dtype="float32"),),
-    (DynamicDim(name="batch", min=1, max=64, axes={"x": 0}),),
-)
-# Seeded init (no weights file): the values the real weights are checked against.
-TINY = TorchModelInfo(
-    _BASE.spec.model_copy(
-        update={"source": ModelSource(**{**_BASE.spec.source.model_dump(), "seed": 5})}
-    ),
-    _BASE.src,
-    (),
-    None,
-    (),
-)
 
 
 @pytest.fixture
@@ -110,14 +71,6 @@ def _run_split(
         Path("kiln-out/models/tiny_trt.manifest.json").read_text()
     )
     return actions, manifest
-
-
-def _eager_state() -> dict[str, torch.Tensor]:
-    torch.manual_seed(5)
-    sys.path.insert(0, "models")
-    import trt_refit_tiny
-
-    return {k: v.detach() for k, v in trt_refit_tiny.build().state_dict().items()}
 
 
 def test_contract_with_standin_the_compile_reads_the_structure_and_no_weights(
@@ -163,7 +116,7 @@ def test_contract_with_standin_refit_puts_the_weights_into_the_compiled_program(
 
     compiled = standin.call("compile")
     assert compiled.kwargs["immutable_weights"] is False
-    state = _eager_state()
+    state = eager_state()
     structure = compiled.args[0].state_dict
     assert structure.keys() == state.keys()
     for name, value in state.items():  # the compile never sees a weight value
@@ -210,7 +163,7 @@ def test_contract_with_standin_without_refit_the_engine_is_built_with_the_weight
     standin = StandIn(save_error=None, refit=False)
     _, manifest = _run_split(monkeypatch, standin)
     assert standin.names() == ["Input", "compile", "save", "Input", "compile", "save"]
-    state = _eager_state()
+    state = eager_state()
     rebuilt = standin.calls[4].args[0].state_dict
     for name, value in state.items():
         assert torch.equal(rebuilt[name], value), name

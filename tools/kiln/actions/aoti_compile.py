@@ -38,8 +38,8 @@ from typing import Any
 
 from kiln.action_specs import CompileSpec
 from kiln.actions import spec as action_spec
-from kiln.actions.aoti_package import cpu_target_env, private_inductor_cache
 from kiln.actions.errors import ActionError, summary
+from kiln.actions.inductor_cache import cpu_target_env, private_inductor_cache
 from kiln.actions.spec import ActionFailure
 from kiln.actions.temp_state import pin_temp_dirs
 

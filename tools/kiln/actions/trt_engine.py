@@ -99,7 +99,12 @@ def main(spec: TrtEngineSpec) -> None:
         from kiln.actions import trt_refit
 
         program, trt_gm, passed, dropped, weights = trt_refit.refitted(
-            torch_tensorrt, spec, spec.refit, examples
+            torch_tensorrt,
+            spec.refit,
+            examples,
+            device=spec.device,
+            settings=spec.settings,
+            ranges=spec.ranges,
         )
         io = program_io(program, spec.ranges)
     else:

@@ -1,4 +1,5 @@
-"""TrtEngine's refit: the weights into the refittable program TrtCompile built.
+"""The refit of TrtEngine and of a Torch-TensorRT AotiPackage: the weights into the
+refittable program TrtCompile built.
 
     compiled = torch_tensorrt.load("<name>.refittable.ep")
     program  = the structure with the weights put back (kiln.actions.weights_split)
@@ -16,10 +17,11 @@ the manifest says so (TrtWeights).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kiln.action_specs import TrtEngineSpec, TrtRefit, TrtWeights
+from kiln.action_specs import ShapeRange, TrtRefit, TrtWeights
 from kiln.actions.spec import ActionFailure
 
 REFIT = "torch_tensorrt.dynamo.refit_module_weights"
@@ -36,20 +38,29 @@ def unavailable(torch_tensorrt: Any) -> str | None:
 
 
 def refitted(
-    torch_tensorrt: Any, spec: TrtEngineSpec, refit: TrtRefit, examples: list[Any]
+    torch_tensorrt: Any,
+    refit: TrtRefit,
+    examples: list[Any],
+    *,
+    device: str,
+    settings: Mapping[str, Any],
+    ranges: tuple[ShapeRange, ...],
 ) -> tuple[Any, Any, dict[str, Any], list[str], TrtWeights]:
     """(the program with its weights, the compiled module holding them, the compile settings
-    in effect, those the installed version lacks, how the weights got in)."""
+    in effect, those the installed version lacks, how the weights got in).
+
+    `settings` and `ranges` are those TrtCompile built with: a build without refit
+    compiles the program with them."""
     from safetensors.torch import load_file
 
     from kiln.actions import weights_split
     from kiln.actions.trt_compile import REFITTABLE
     from kiln.actions.trt_engine import COMPILE, _brief, accepted_settings, compile_program
 
-    program = weights_split.load_structure(refit.structure, spec.device)
+    program = weights_split.load_structure(refit.structure, device)
     weights_split.restore(program, load_file(refit.weights))
     digest = hashlib.sha256(Path(refit.weights).read_bytes()).hexdigest()
-    settings = {**spec.settings, **REFITTABLE}
+    settings = {**settings, **REFITTABLE}
     why_not = unavailable(torch_tensorrt)
     if why_not is None:
         refit_fn = torch_tensorrt.dynamo.refit_module_weights
@@ -80,7 +91,7 @@ def refitted(
                 TrtWeights(refit=True, how=how, weights_sha256=digest),
             )
     trt_gm, passed, dropped = compile_program(
-        torch_tensorrt, program, spec.ranges, settings, windows=False
+        torch_tensorrt, program, ranges, settings, windows=False
     )
     how = f"built with the weights, since {why_not}: a change of weights rebuilds the engine"
     return program, trt_gm, passed, dropped, TrtWeights(refit=False, how=how, weights_sha256=digest)

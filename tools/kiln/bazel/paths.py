@@ -6,7 +6,7 @@ kiln and `bazel-out/<cfg>/bin/<package>/...` for Bazel (with
 `external/<repo>/` before the package for a target of another repository).
 Nothing else differs, so a spec written by one tool maps onto the other's by
 replacing the root, and no artifact may contain the root at all (see
-kiln.actions.aoti_package.inductor_cache_dir).
+kiln.actions.inductor_cache.inductor_cache_dir).
 """
 
 from __future__ import annotations

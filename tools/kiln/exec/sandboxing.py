@@ -14,7 +14,7 @@ caught only afterwards (execroot_files.input_stats).
 Besides an action's own files, a sandbox shows the toolchain (view.py: the
 system directories and the interpreter's), and at /tmp/kiln-torch-tmp the
 disk cache's torch state (layout.DiskCache.torch_tmp): a fixed path, the same
-for every user and machine, which packages embed (actions/aoti_package.py).
+for every user and machine, which packages embed (actions/inductor_cache.py).
 Without the sandbox, actions get that directory's own path, per user.
 """
 
