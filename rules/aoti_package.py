@@ -275,14 +275,15 @@ class _Actions:
         )
 
 
-def _compile_and_join(
+def _export_structure(
     ctx: RuleContext[AotiPackageAttrs],
     model: TorchModelInfo,
     actions: _Actions,
     goldens: File | None,
 ) -> tuple[File, File]:
-    """Export (structure + weights), compile the structure, join: (the .pt2, the weights)."""
-    attrs, name = ctx.attrs, ctx.name
+    """TorchExport of the model's structure (placeholders for weights) and its weights
+    apart, with eager's goldens: (the structure, the weights file)."""
+    name = ctx.name
     structure = ctx.declare_file(f"{name}.structure.pt2")
     weights = ctx.declare_file(aoti_loader.weights_file_of(f"{name}.pt2"))
     export_spec = ctx.declare_file(f"{name}.export.json")
@@ -290,7 +291,7 @@ def _compile_and_join(
         export_spec,
         ExportSpec(
             model=model.spec,
-            device=attrs.device,
+            device=ctx.attrs.device,
             output=structure.path,
             goldens=goldens.path if goldens else None,
             weights=weights.path,
@@ -305,6 +306,18 @@ def _compile_and_join(
         2000,
         extra_packages=("safetensors",),
     )
+    return structure, weights
+
+
+def _compile_and_join(
+    ctx: RuleContext[AotiPackageAttrs],
+    model: TorchModelInfo,
+    actions: _Actions,
+    goldens: File | None,
+) -> tuple[File, File]:
+    """Export (structure + weights), compile the structure, join: (the .pt2, the weights)."""
+    attrs, name = ctx.attrs, ctx.name
+    structure, weights = _export_structure(ctx, model, actions, goldens)
 
     program = ctx.declare_file(f"{name}.program.pt2")
     layout = ctx.declare_file(f"{name}.layout.json")
@@ -361,17 +374,71 @@ def _tensorrt_package(
     actions: _Actions,
     goldens: File | None,
 ) -> File:
-    """Export (weights inside), then Torch-TensorRT's AOTInductor packaging: the .pt2."""
+    """Torch-TensorRT's AOTInductor packaging: the .pt2.
+
+    Where the toolchain can refit (and `refit` is on), the engines are built once per
+    architecture, as trt_engine builds them:
+
+        TorchExport   the structure (placeholders), the weights apart, eager's goldens
+        TrtCompile    structure -> <name>.refittable.ep (immutable_weights False)
+        AotiPackage   the weights refit into it, then the AOTInductor packaging: a
+                      change of weights alone re-runs this, never TrtCompile
+
+    Otherwise TorchExport exports the program with its weights and AotiPackage
+    compiles it.
+    """
     attrs, name = ctx.attrs, ctx.name
+    settings = _tensorrt_settings(attrs)
+    refit: TrtRefit | None = None
     if attrs.refit and ctx.toolchain(TENSORRT).refit:
-        return _refit_package(ctx, model, actions, goldens)
-    program = ctx.declare_file(f"{name}.ep.pt2")
-    export_spec = ctx.declare_file(f"{name}.export.json")
+        refit = _refittable(ctx, model, actions, goldens, settings)
+        program = File(refit.compiled)
+        inputs = [program, File(refit.structure), File(refit.weights)]
+    else:
+        program = _export_with_weights(ctx, model, actions, goldens)
+        inputs = [program]
+    package = ctx.declare_file(f"{name}.pt2")
+    package_spec = ctx.declare_file(f"{name}.package.json")
+    ctx.actions.write_spec(
+        package_spec,
+        PackageSpec(
+            program=program.path,
+            output=package.path,
+            device=attrs.device,
+            backend=attrs.backend,
+            cpu_target=attrs.cpu_target,
+            inductor_configs=attrs.inductor_configs,
+            signature=model.signature,
+            tensorrt=settings,
+            refit=refit,
+        ),
+    )
+    actions.run(
+        "AotiPackage",
+        "aoti_package",
+        package_spec,
+        inputs,
+        [package],
+        attrs.memory_mb,
+        extra_packages=("safetensors",) if refit else (),
+    )
+    return package
+
+
+def _export_with_weights(
+    ctx: RuleContext[AotiPackageAttrs],
+    model: TorchModelInfo,
+    actions: _Actions,
+    goldens: File | None,
+) -> File:
+    """TorchExport of the program with its weights inside (and eager's goldens)."""
+    program = ctx.declare_file(f"{ctx.name}.ep.pt2")
+    export_spec = ctx.declare_file(f"{ctx.name}.export.json")
     ctx.actions.write_spec(
         export_spec,
         ExportSpec(
             model=model.spec,
-            device=attrs.device,
+            device=ctx.attrs.device,
             output=program.path,
             goldens=goldens.path if goldens else None,
             weights=None,
@@ -387,108 +454,35 @@ def _tensorrt_package(
         2000,
         extra_packages=("safetensors",),
     )
-
-    package = ctx.declare_file(f"{name}.pt2")
-    package_spec = ctx.declare_file(f"{name}.package.json")
-    ctx.actions.write_spec(
-        package_spec,
-        PackageSpec(
-            program=program.path,
-            output=package.path,
-            device=attrs.device,
-            backend=attrs.backend,
-            cpu_target=attrs.cpu_target,
-            inductor_configs=attrs.inductor_configs,
-            signature=model.signature,
-            tensorrt=_tensorrt_settings(attrs),
-            refit=None,
-        ),
-    )
-    actions.run("AotiPackage", "aoti_package", package_spec, [program], [package], attrs.memory_mb)
-    return package
+    return program
 
 
-def _refit_package(
+def _refittable(
     ctx: RuleContext[AotiPackageAttrs],
     model: TorchModelInfo,
     actions: _Actions,
     goldens: File | None,
-) -> File:
-    """The engines built once per architecture, as trt_engine builds them:
-
-    TorchExport   the structure (placeholders), the weights apart, eager's goldens
-    TrtCompile    structure -> <name>.refittable.ep (immutable_weights False)
-    AotiPackage   refit the weights into it, then Torch-TensorRT's AOTInductor
-                  packaging: a change of weights alone re-runs this, never TrtCompile
-    """
-    attrs, name = ctx.attrs, ctx.name
-    structure = ctx.declare_file(f"{name}.structure.pt2")
-    weights = ctx.declare_file(f"{name}.weights.safetensors")
-    export_spec = ctx.declare_file(f"{name}.export.json")
-    ctx.actions.write_spec(
-        export_spec,
-        ExportSpec(
-            model=model.spec,
-            device=attrs.device,
-            output=structure.path,
-            goldens=goldens.path if goldens else None,
-            weights=weights.path,
-        ),
-    )
-    exported = [structure, weights, *([goldens] if goldens else [])]
-    actions.run(
-        "TorchExport",
-        "torch_export",
-        export_spec,
-        model.files,
-        exported,
-        2000,
-        extra_packages=("safetensors",),
-    )
-    settings = _tensorrt_settings(attrs)
-    compiled = ctx.declare_file(f"{name}.refittable.ep")
-    compile_spec = ctx.declare_file(f"{name}.compile.json")
+    settings: TensorRTSettings,
+) -> TrtRefit:
+    """TorchExport of the structure and TrtCompile of it: what AotiPackage refits into."""
+    structure, weights = _export_structure(ctx, model, actions, goldens)
+    compiled = ctx.declare_file(f"{ctx.name}.refittable.ep")
+    compile_spec = ctx.declare_file(f"{ctx.name}.compile.json")
     ctx.actions.write_spec(
         compile_spec,
         TrtCompileSpec(
             label=ctx.label,
             structure=structure.path,
-            device=attrs.device,
+            device=ctx.attrs.device,
             signature=model.signature,
             ranges=model.signature.ranges(),
             settings={**settings.compile_kwargs(), "immutable_weights": False},
             output=compiled.path,
         ),
     )
-    actions.run("TrtCompile", "trt_compile", compile_spec, [structure], [compiled], attrs.memory_mb)
-
-    package = ctx.declare_file(f"{name}.pt2")
-    package_spec = ctx.declare_file(f"{name}.package.json")
-    refit = TrtRefit(compiled=compiled.path, structure=structure.path, weights=weights.path)
-    ctx.actions.write_spec(
-        package_spec,
-        PackageSpec(
-            program=compiled.path,
-            output=package.path,
-            device=attrs.device,
-            backend=attrs.backend,
-            cpu_target=attrs.cpu_target,
-            inductor_configs=attrs.inductor_configs,
-            signature=model.signature,
-            tensorrt=settings,
-            refit=refit,
-        ),
-    )
-    actions.run(
-        "AotiPackage",
-        "aoti_package",
-        package_spec,
-        [compiled, structure, weights],
-        [package],
-        attrs.memory_mb,
-        extra_packages=("safetensors",),
-    )
-    return package
+    memory_mb = ctx.attrs.memory_mb
+    actions.run("TrtCompile", "trt_compile", compile_spec, [structure], [compiled], memory_mb)
+    return TrtRefit(compiled=compiled.path, structure=structure.path, weights=weights.path)
 
 
 def _check_split_settings(ctx: RuleContext[AotiPackageAttrs]) -> None:

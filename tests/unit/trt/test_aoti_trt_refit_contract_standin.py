@@ -12,7 +12,6 @@ only (tools/gpu_check.sh).
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,7 +28,7 @@ from kiln.rules.trt_toolchain import TENSORRT, Probe
 from trt_fixtures import GPU_STANDARD, by_mnemonic, model_target, written
 from trt_manifests import record
 from trt_standin import StandIn
-from trt_tiny import TINY, TINY_SOURCE, eager_state
+from trt_tiny import TINY, eager_state, model_execroot
 
 pytestmark = pytest.mark.torch
 
@@ -131,17 +130,8 @@ def test_without_refit_the_engines_are_built_with_the_weights(
 
 @pytest.fixture
 def execroot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    root = tmp_path / "execroot"
-    (root / "models").mkdir(parents=True)
-    (root / "models" / "trt_refit_tiny.py").write_text(TINY_SOURCE)
-    (root / ".tmp").mkdir()
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("TMPDIR", str(root / ".tmp"))
-    monkeypatch.setenv("KILN_TORCH_TMP", str(tmp_path / "torch-tmp"))
-    path = list(sys.path)
-    yield root
-    sys.path[:] = path
-    sys.modules.pop("trt_refit_tiny", None)
+    with model_execroot(tmp_path, monkeypatch, "trt_refit_tiny") as root:
+        yield root
 
 
 def _on_cpu(spec: dict[str, Any]) -> dict[str, Any]:

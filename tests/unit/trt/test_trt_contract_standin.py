@@ -12,7 +12,6 @@ checked only on the GPU machine (tools/gpu_check.sh).
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,28 +26,12 @@ from kiln.rule_api import DynamicDim, TensorSpec
 from trt_fixtures import GPU_STANDARD, analyze, written
 from trt_manifests import record
 from trt_standin import NOT_SET_UP, Input, StandIn, engine_bytes
+from trt_tiny import model_execroot
 
 from tests.model_fixtures import model_info
 
 pytestmark = pytest.mark.torch
 
-TINY_SOURCE = """\
-import torch
-from torch import nn
-
-
-class Tiny(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(10, 4)
-
-    def forward(self, x):
-        return torch.relu(self.fc(x))
-
-
-def build():
-    return Tiny()
-"""
 
 TINY = model_info(
     "//models:tiny",
@@ -61,17 +44,8 @@ TINY = model_info(
 
 @pytest.fixture
 def execroot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """An execroot-like folder holding the model source, as the action's cwd."""
-    root = tmp_path / "execroot"
-    (root / "models").mkdir(parents=True)
-    (root / "models" / "trt_contract_tiny.py").write_text(TINY_SOURCE)
-    (root / ".tmp").mkdir()
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("TMPDIR", str(root / ".tmp"))
-    path = list(sys.path)
-    yield root
-    sys.path[:] = path  # build_model put the model's folder first
-    sys.modules.pop("trt_contract_tiny", None)
+    with model_execroot(tmp_path, monkeypatch, "trt_contract_tiny") as root:
+        yield root
 
 
 def run_engine_action(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,23 +27,15 @@ from safetensors.torch import load_file
 from trt_fixtures import GPU_STANDARD, analyze, by_mnemonic, written
 from trt_manifests import record
 from trt_standin import StandIn, engine_bytes, refit_engine_bytes
-from trt_tiny import TINY, TINY_SOURCE, eager_state
+from trt_tiny import TINY, eager_state, model_execroot
 
 pytestmark = pytest.mark.torch
 
 
 @pytest.fixture
 def execroot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    root = tmp_path / "execroot"
-    (root / "models").mkdir(parents=True)
-    (root / "models" / "trt_refit_tiny.py").write_text(TINY_SOURCE)
-    (root / ".tmp").mkdir()
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("TMPDIR", str(root / ".tmp"))
-    path = list(sys.path)
-    yield root
-    sys.path[:] = path
-    sys.modules.pop("trt_refit_tiny", None)
+    with model_execroot(tmp_path, monkeypatch, "trt_refit_tiny") as root:
+        yield root
 
 
 def _on_cpu(spec: dict[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,14 @@
-"""The tiny model of the refit contract tests: its source, its torch_model, eager's weights."""
+"""The tiny model of the Torch-TensorRT contract tests: its source, its torch_model,
+eager's weights, and an execroot holding it."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 import torch
 from kiln.rule_api import DynamicDim, ModelSource, TensorSpec
 from kiln.rules.torch_model import TorchModelInfo
@@ -53,3 +58,20 @@ def eager_state() -> dict[str, torch.Tensor]:
     import trt_refit_tiny
 
     return {k: v.detach() for k, v in trt_refit_tiny.build().state_dict().items()}
+
+
+@contextlib.contextmanager
+def model_execroot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str) -> Iterator[Path]:
+    """An execroot-like folder holding TINY_SOURCE as models/<module>.py, as the
+    actions' cwd, with its own TMPDIR and torch temp directory."""
+    root = tmp_path / "execroot"
+    (root / "models").mkdir(parents=True)
+    (root / "models" / f"{module}.py").write_text(TINY_SOURCE)
+    (root / ".tmp").mkdir()
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("TMPDIR", str(root / ".tmp"))
+    monkeypatch.setenv("KILN_TORCH_TMP", str(tmp_path / "torch-tmp"))
+    path = list(sys.path)
+    yield root
+    sys.path[:] = path  # build_model put the model's folder first
+    sys.modules.pop(module, None)
