@@ -11,6 +11,7 @@
         blobs-<function>.log              the stamps of the CAS blobs verified (cas.py)
         execroot/                         private execroots of running actions
         python-envs/<digest>/             Python environments: toolchain + locked packages
+        wheels/<sha256>/<file>.whl        locked wheels that remote nodes install
     <disk cache>/                         shared by workspaces (--disk_cache)
         cas/<xx>/<hash>[.x]               blobs (`.x`: the executable copy)
         ac/<xx>/<key>                     action results
@@ -94,6 +95,11 @@ class OutputBase:
     def python_envs(self) -> Path:
         """Python environments of the toolchain plus locked packages (kiln.pyenv)."""
         return self.root / "python-envs"
+
+    @property
+    def wheels(self) -> Path:
+        """The wheels of locked packages that remote nodes install (kiln.pyenv.wheels)."""
+        return self.root / "wheels"
 
     @property
     def sandbox(self) -> Path:

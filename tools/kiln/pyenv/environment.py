@@ -46,6 +46,9 @@ class EnvironmentStore:
     root: Path
     python: str  # the toolchain's interpreter: kiln's own, which runs pip and gives the base
     find_links: tuple[str, ...] = ()  # wheelhouses: install offline from these
+    # From find_links only, even where they lack a wheel: a remote node's environments,
+    # whose wheels the driver sent (kiln.remote_exec.node_env), never reach an index.
+    offline: bool = False
     report: Callable[[str], None] = lambda text: None
     _ready: dict[str, str] = field(default_factory=dict)
     _locks: dict[str, threading.Lock] = field(default_factory=dict)
@@ -64,12 +67,16 @@ class EnvironmentStore:
             env = self.root / digest
             if not (env / MANIFEST).is_file():
                 self.root.mkdir(parents=True, exist_ok=True)
-                with _flock(self.root / f"{digest}.lock"):
+                with flock(self.root / f"{digest}.lock"):
                     if not (env / MANIFEST).is_file():
                         self._make(env, packages)
             python = str(env / "bin" / "python")
             self._ready[digest] = python
             return python
+
+    def has(self, packages: Sequence[PythonPackage]) -> bool:
+        """The environment of `packages` is made already: python_for() would be a stat."""
+        return (self.root / self.digest(tuple(sorted(set(packages)))) / MANIFEST).is_file()
 
     @staticmethod
     def digest(packages: Sequence[PythonPackage]) -> str:
@@ -109,6 +116,7 @@ class EnvironmentStore:
                     install,
                     site,
                     find_links=self.find_links,
+                    offline=self.offline,
                     progress=lambda line: self.report(f"  {line}"),
                 )
             _link_toolchain(site, provided)
@@ -310,7 +318,7 @@ def _write_manifest(
 
 
 @contextlib.contextmanager
-def _flock(path: Path) -> Iterator[None]:
+def flock(path: Path) -> Iterator[None]:
     with open(path, "a+b") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         try:

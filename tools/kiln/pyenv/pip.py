@@ -9,6 +9,10 @@ CUDA build). `--target` into a fresh folder: pip sees nothing installed, so it
 can uninstall nothing either, least of all the toolchain's torch, which the
 environment only links to afterwards. `--require-hashes`: a wheel whose digest
 differs from the lock's is refused. `--only-binary`: nothing is built.
+
+`download()` fetches the same wheels with the same options into a folder
+(`pip download`): what a remote node installs from (kiln.pyenv.wheels), since
+`install --target` keeps no wheel.
 """
 
 from __future__ import annotations
@@ -37,11 +41,42 @@ def install(
     target: Path,
     *,
     find_links: Sequence[str] = (),
+    offline: bool = False,
     progress: Callable[[str], None] = lambda line: None,
     compile_bytecode: bool = True,
 ) -> None:
     """Install exactly `packages` into `target`; a PipError naming the package otherwise.
-    Without `compile_bytecode`, no .pyc files (a Bazel repository's files stay sources)."""
+    Without `compile_bytecode`, no .pyc files (a Bazel repository's files stay sources).
+    `offline`: from `find_links` only, never an index, even where it is empty."""
+    options = ["install", "--target", str(target)]
+    if not compile_bytecode:
+        options.append("--no-compile")
+    _run(python, options, packages, find_links, offline, progress, "install")
+
+
+def download(
+    python: str,
+    packages: Sequence[PythonPackage],
+    dest: Path,
+    *,
+    find_links: Sequence[str] = (),
+    progress: Callable[[str], None] = lambda line: None,
+) -> None:
+    """The wheel of each of `packages` into `dest`, as install() would take it (the same
+    index or wheelhouses, the lock's hashes checked); a PipError naming the package."""
+    options = ["download", "--dest", str(dest)]
+    _run(python, options, packages, find_links, False, progress, "download")
+
+
+def _run(
+    python: str,
+    options: Sequence[str],
+    packages: Sequence[PythonPackage],
+    find_links: Sequence[str],
+    offline: bool,
+    progress: Callable[[str], None],
+    verb: str,
+) -> None:
     with tempfile.TemporaryDirectory(prefix="kiln-pip-") as tmp:
         pins = Path(tmp) / "requirements.txt"
         pins.write_text("".join(f"{p.requirement}\n" for p in packages), encoding="utf-8")
@@ -49,9 +84,7 @@ def install(
             python,
             "-m",
             "pip",
-            "install",
-            "--target",
-            str(target),
+            *options,
             "--no-deps",
             "--require-hashes",
             "--only-binary=:all:",
@@ -62,10 +95,10 @@ def install(
             "-r",
             str(pins),
         ]
-        if not compile_bytecode:
-            argv.append("--no-compile")
+        if find_links or offline:
+            argv.append("--no-index")
         for folder in find_links:
-            argv += ["--no-index", "--find-links", folder]
+            argv += ["--find-links", folder]
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         env["PIP_NO_INPUT"] = "1"
         with tempfile.TemporaryFile() as errors:
@@ -90,11 +123,15 @@ def install(
             errors.seek(0)
             stderr = errors.read().decode(errors="replace")
     if code != 0:
-        raise failure(packages, "".join(lines), stderr, find_links)
+        raise failure(packages, "".join(lines), stderr, find_links, verb)
 
 
 def failure(
-    packages: Sequence[PythonPackage], stdout: str, stderr: str, find_links: Sequence[str]
+    packages: Sequence[PythonPackage],
+    stdout: str,
+    stderr: str,
+    find_links: Sequence[str],
+    verb: str = "install",
 ) -> PipError:
     """pip's own message, with the package it failed on named first."""
     said = [line.rstrip() for line in stderr.splitlines() if line.strip()]
@@ -114,7 +151,7 @@ def failure(
         else None
     )
     indented = "\n".join(f"    {line}" for line in text.splitlines())
-    return PipError(f"pip could not install {what}:\n{indented}", hint=hint)
+    return PipError(f"pip could not {verb} {what}:\n{indented}", hint=hint)
 
 
 def _culprit(packages: Sequence[PythonPackage], text: str) -> PythonPackage | None:
