@@ -31,6 +31,7 @@ import pytest
 
 from tests.nginx_cache import NginxCache
 from tests.ray_cluster import FAKE_SMI, NodeSpec, RayCluster
+from tests.wheels import make_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 KILN = [sys.executable, "-m", "kiln"]
@@ -464,6 +465,121 @@ def test_mlp_torch_actions_run_on_the_cluster_byte_identical_to_local(
         assert (remote_out / path).read_bytes() == (local_out / path).read_bytes(), path
     keys = {k: a["key"] for k, a in remote_built.actions().items()}
     assert keys == {k: a["key"] for k, a in local_built.actions().items()}
+
+
+TEAM_MODELS = """\
+import torch
+
+
+def team() -> torch.nn.Module:
+    import teamlib  # the locked package: importable only in its environment
+
+    return torch.nn.Linear(2, teamlib.WIDTH)
+"""
+TEAM_BUILD = """\
+model_weights(name = "team", src = "m.py", factory = "m:team", deps = ["@pip//teamlib"],
+              out = "team.safetensors")
+model_weights(name = "team_1", src = "m.py", factory = "m:team", deps = ["@pip//teamlib"],
+              seed = 1, out = "team_1.safetensors")
+model_weights(name = "team_2", src = "m.py", factory = "m:team", deps = ["@pip//teamlib"],
+              seed = 2, out = "team_2.safetensors")
+"""
+
+
+def _team_workspace(driver: Driver, wheelhouse: Path, locked_width: int = 3) -> list[str]:
+    """A workspace locking teamlib 1.0 (a team's wheel, in `wheelhouse`), whose targets'
+    weights need it; the flag that installs it offline. The lock pins the wheel of
+    WIDTH = `locked_width`: another than the wheelhouse's makes its bytes not the lock's."""
+    wheel = {"teamlib/__init__.py": "WIDTH = 3\n"}
+    make_wheel(wheelhouse, "teamlib", "1.0", wheel)
+    locked = {"teamlib/__init__.py": f"WIDTH = {locked_width}\n"}
+    _, package = make_wheel(driver.root.parent / "locked", "teamlib", "1.0", locked)
+    driver.write("BUILD", 'python_requirements(name = "pip", lock = "requirements_lock.txt")\n')
+    driver.write(
+        "requirements_lock.txt",
+        f"teamlib==1.0 \\\n    --hash={package.hashes[0]}\n    # via -r requirements.in\n",
+    )
+    driver.write("m/BUILD", TEAM_BUILD)
+    driver.write("m/m.py", TEAM_MODELS)
+    return [f"--pip_find_links={wheelhouse}"]
+
+
+def _environments(cluster: RayCluster) -> dict[str, dict[Path, tuple[int, int]]]:
+    """The Python environments each node made (their manifests' inode and mtime)."""
+    made: dict[str, dict[Path, tuple[int, int]]] = {}
+    for name in ("cpu", "gpu"):
+        manifests = (cluster.tmp / f"worker-{name}" / "python-envs").glob("*/kiln-env.json")
+        made[name] = {m: (m.stat().st_ino, m.stat().st_mtime_ns) for m in manifests}
+    return made
+
+
+def _node_of(cluster: RayCluster, lane: object) -> str:
+    return next(name for name, node_id in cluster.nodes.items() if str(lane).endswith(node_id[:8]))
+
+
+@pytest.mark.torch
+def test_an_action_with_pip_packages_runs_on_a_node_in_an_environment_of_the_wheels_sent(
+    tmp_path: Path, cluster: RayCluster, cache: NginxCache
+) -> None:
+    """The node makes the environment of the lock's wheels, which came by digest through
+    the remote cache; the weights are a local build's byte for byte, under the same key;
+    a node makes one closure's environment once, and every later action reuses it."""
+    drivers = {
+        name: _driver(tmp_path / name / "ws", cluster, cache) for name in ("remote", "local")
+    }
+    for driver in drivers.values():
+        flags = _team_workspace(driver, tmp_path / "wheelhouse")
+    started = {}
+    for name, driver in drivers.items():  # both builds at once, as the mlp's above
+        strategy = ["--strategy=ModelWeights=remote"] if name == "remote" else []
+        started[name] = (
+            driver,
+            driver.start("//m:team", *flags, *strategy, remote=name == "remote"),
+        )
+    builds = {name: (driver, driver.finish(process)) for name, (driver, process) in started.items()}
+    for _, built in builds.values():
+        assert built.code == 0, built.err
+    (driver, remote_built), (local_driver, local_built) = builds["remote"], builds["local"]
+    first = remote_built.actions()["ModelWeights //m:team"]
+    assert first["strategy"] == "remote-exec"
+    assert driver.out("m/team.safetensors") == local_driver.out("m/team.safetensors")
+    assert first["key"] == local_built.actions()["ModelWeights //m:team"]["key"]
+    assert "downloading 1 wheel for the remote executor's nodes" in remote_built.err
+    assert remote_built.err.count(": making the Python environment ") == 1, remote_built.err
+    made = _environments(cluster)
+    assert {n: len(m) for n, m in made.items() if m} == {_node_of(cluster, first["lane"]): 1}
+
+    # Two more actions of the same closure: three on two nodes, so one node runs two.
+    more = driver.build("//m:team_1", "//m:team_2", *flags, "--strategy=ModelWeights=remote")
+    assert more.code == 0, more.err
+    ran = [more.actions()[f"ModelWeights //m:team_{i}"] for i in (1, 2)]
+    assert {a["strategy"] for a in ran} == {"remote-exec"}
+    nodes = {_node_of(cluster, a["lane"]) for a in (first, *ran)}
+    now = _environments(cluster)
+    # Each node made the environment once, the first never again: the rest reused it.
+    assert {n for n, m in now.items() if m} == nodes
+    assert all(len(m) == 1 for m in now.values() if m)
+    assert all(now[n] == m for n, m in made.items() if m)
+    assert more.err.count(": making the Python environment ") == len(nodes) - 1, more.err
+    assert "downloading" not in more.err  # the driver keeps the wheel it fetched
+
+
+def test_a_wheel_whose_bytes_are_not_the_locks_is_refused_and_nothing_is_stored(
+    driver: Driver, tmp_path: Path, cache: NginxCache
+) -> None:
+    flags = _team_workspace(driver, tmp_path / "wheelhouse", locked_width=4)
+    built = driver.build("//m:team", *flags, "--strategy=ModelWeights=remote")
+    assert built.code == 1
+    assert (
+        "cannot fetch the wheels a remote node installs: pip could not download teamlib==1.0:"
+        in built.err
+    )
+    assert "DO NOT MATCH THE HASHES" in built.err and "Traceback" not in built.err
+    assert not (driver.root / "kiln-out" / "m" / "team.safetensors").exists()
+    key = built.actions()["ModelWeights //m:team"]["key"]
+    assert key and not (cache.root / driver.root.parent.name / "ac" / str(key)).exists()
+    kept = [p for p in (driver.root.parent / "xdg").glob("**/wheels/*") if p.name != ".lock"]
+    assert kept == []
 
 
 # -- helpers ------------------------------------------------------------------------

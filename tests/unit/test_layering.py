@@ -63,6 +63,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     ),
     # --remote_executor on Ray: below the CLI, above the executor it plugs into (its
     # RemoteSpawner seam); workers on nodes probe TensorRT through the catalogue's toolchain
+    # and make Python environments as the executor does
     "kiln.remote_exec": (
         *LEAVES,
         "kiln.action_graph",
@@ -70,6 +71,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "kiln.layout",
         "kiln.cache",
         "kiln.exec",
+        "kiln.pyenv",
         "kiln.rules.toolchain",
     ),
     "kiln.query": (*LEAVES, "kiln.label", "kiln.loading"),

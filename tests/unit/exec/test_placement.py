@@ -67,10 +67,20 @@ def test_a_remote_action_holds_only_a_job_slot_here() -> None:
     assert policy.reserved(light) == light.resources
 
 
-def test_an_action_with_pip_packages_stays_here() -> None:
-    """Nodes cannot make a Python environment of @pip// packages yet (kiln.pyenv)."""
+def test_an_action_with_pip_packages_is_placed_as_any_other() -> None:
+    """A node makes its Python environment of the wheels the driver sends, so @pip//
+    packages decide nothing: the strategies, and what this host cannot run, do."""
     timm = PythonPackage("timm", "1.0.0", ("sha256:" + "0" * 64,))
-    action = dataclasses.replace(_action(gpu=0), python_env=(timm,))
-    policy = PlacementPolicy(remote=True, default="remote", local_gpus=0, here=MachineOffer(HOST))
-    assert policy.placement(action) == "worker"
-    assert policy.placement(dataclasses.replace(action, python_env=())) == "remote"
+    pip = {"pip:timm": "1.0.0 sha256:" + "0" * 64}
+    action = dataclasses.replace(_action(**pip), python_env=(timm,))
+    here = MachineOffer(HOST)
+    assert PlacementPolicy(remote=True, default="remote", here=here).placement(action) == "remote"
+    by_mnemonic = PlacementPolicy(remote=True, by_mnemonic={"Genrule": "remote"}, here=here)
+    assert by_mnemonic.placement(action) == "remote"
+    assert PlacementPolicy(remote=True, default="dynamic", here=here).placement(action) == "dynamic"
+    # auto: this host can run it (a package is no toolchain it lacks), so here it runs
+    assert PlacementPolicy(remote=True, here=here).placement(action) == "worker"
+    gpu = dataclasses.replace(action, resources=Resources(gpu=1))
+    assert PlacementPolicy(remote=True, here=here).placement(gpu) == "remote"
+    # without a remote executor, nothing leaves
+    assert PlacementPolicy(default="remote", here=here).placement(action) == "worker"

@@ -47,6 +47,13 @@ def test_artifact_properties_and_unknown_probe_facts_are_left_alone() -> None:
     assert [m.name for m in mismatches(action, probed)] == ["cuda"]
 
 
+def test_locked_packages_are_left_alone_the_machine_that_runs_the_action_installs_them() -> None:
+    """A `pip:<name>` property is the action's environment, not a fact of the machine: a
+    node makes it of the wheels the driver sends (remote_exec/node_env.py)."""
+    offer = MachineOffer(HOST)
+    assert mismatches(_action(**{"pip:teamlib": "1.0 sha256:" + "0" * 64}), offer) == []
+
+
 def test_the_code_of_the_actions_module_must_be_this_machines() -> None:
     module = "kiln.actions.torch_export"
     argv = ("/driver/venv/bin/python", "-m", module, "spec.json")

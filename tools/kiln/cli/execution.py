@@ -137,4 +137,5 @@ def _ray_spawner(
         digest_function=options.digest_function,
         retries=options.remote_retries,
         warn=lambda message: echo(f"WARNING: {message}"),
+        report=lambda text: echo(f"INFO: {text}"),
     )

@@ -54,10 +54,11 @@ from kiln.layout import DiskCache, OutputBase
 
 if TYPE_CHECKING:
     from kiln.exec.placement import PlacementPolicy
-    from kiln.exec.remote_spawn import RemoteSpawner, RemoteSpawnResult
+    from kiln.exec.remote_spawn import RemoteSpawner, RemoteSpawnResult, RemoteWheel
     from kiln.exec.remote_spawn_cache import RemoteSpawnCache
     from kiln.exec.spawn import Spawner
     from kiln.pyenv.environment import EnvironmentStore
+    from kiln.pyenv.wheels import WheelStore
 
 # What kiln.actions.spec reads to print a failing action's traceback.
 VERBOSE_FAILURES_ENV = "KILN_VERBOSE_FAILURES"
@@ -140,6 +141,8 @@ class Executor:
     _spawner_lock: threading.Lock = field(default_factory=threading.Lock)
     # Python environments (kiln.pyenv), made when the first Python action runs.
     _environments: EnvironmentStore | None = None
+    # The wheels remote nodes install (kiln.pyenv.wheels), made when the first is sent.
+    _wheels: WheelStore | None = None
     report: Callable[[str], None] = lambda text: None  # progress of making environments
     # --spawn_strategy=dynamic: each racing action's own local spawner, for Ctrl-C.
     _racing: set[Spawner] = field(default_factory=set)
@@ -551,8 +554,12 @@ class Executor:
             else:
                 source = self.workspace_root / path
                 inputs[path] = RemoteInput(digest, os.access(source, os.X_OK), source)
+        try:
+            wheels = self._remote_wheels(action)
+        except KilnError as error:
+            return _Done(None, lane, Failure(error.format()))
         ran = self.remote_spawner.spawn_remote(
-            RemoteSpawn(action, key.key, inputs, self.options.action_timeout, give_up)
+            RemoteSpawn(action, key.key, inputs, self.options.action_timeout, give_up, wheels)
         )
         if self._interrupted:
             return _Done(None, ran.lane or lane, Failure("interrupted"))
@@ -566,6 +573,32 @@ class Executor:
         self.action_cache.put(key.key, ran.result)
         self._deliver(action, key, ran.result)
         return _Done(Source.RAN_REMOTELY, ran.lane or lane, printed=ran.printed)
+
+    def _remote_wheels(self, action: Action) -> tuple[RemoteWheel, ...]:
+        """The wheels a node installs to make the action's environment, by digest: those
+        the toolchain does not provide, as an environment here would install them; fetched
+        here once and checked against the lock (kiln.pyenv.wheels)."""
+        if not action.python_env:
+            return ()
+        from kiln.exec.remote_spawn import RemoteWheel
+        from kiln.pyenv import toolchain
+        from kiln.pyenv.environment import to_install
+        from kiln.pyenv.wheels import WheelStore
+
+        with self._spawner_lock:
+            if self._wheels is None:
+                self._wheels = WheelStore(
+                    self.output_base.wheels,
+                    self.options.python or sys.executable,
+                    find_links=self.options.pip_find_links,
+                    report=self.report,
+                )
+            store = self._wheels
+        install = to_install(action.python_env, toolchain.by_name())
+        return tuple(
+            RemoteWheel(w.path.name, self.digest_cache.digest(str(w.path)), w.path)
+            for w in store.wheels(install)
+        )
 
     def _may_fall_back(self, action: Action) -> bool:
         if not self.options.remote_local_fallback or self.placement is None:

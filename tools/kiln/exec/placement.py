@@ -9,7 +9,9 @@
 has (--gpus), or when this host does not match its platform properties: a
 toolchain it lacks (torch_tensorrt for a TensorRT engine, another GPU model;
 platform_match.py). Without --remote_executor everything runs here. A
-file-write action never leaves: its content is known already.
+file-write action never leaves: its content is known already. One with
+third-party packages (@pip//) goes as any other: the node makes its Python
+environment of the wheels the driver sends (remote_exec/node_env.py).
 
 `local` and `worker` both run here; `local` also keeps a Python action out of
 persistent workers, as Bazel's does. `dynamic` runs an action here and
@@ -45,10 +47,6 @@ class PlacementPolicy:
         chosen = self.by_mnemonic.get(action.mnemonic, self.default)
         if action.content is not None:
             return "local"
-        if action.python_env:
-            # Third-party packages (@pip//): their environment is made here (kiln.pyenv);
-            # nodes cannot make one yet, so such an action never leaves.
-            return chosen if chosen in ("local", "worker") else self.local_flavour
         if not self.remote:
             return chosen if chosen in ("local", "worker") else self.local_flavour
         if chosen in ("local", "worker"):

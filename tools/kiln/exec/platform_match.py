@@ -20,6 +20,9 @@ What each property means here:
     device, target_platform          the artifact's, not the machine's: left alone
     python_env                       the format of the action's Python environment
                                      (pyenv), which a machine makes: left alone
+    pip:<name>                       a locked package of that environment, which the
+                                     machine that runs the action installs (a node: from
+                                     the wheels the driver sends): left alone
     anything else                    a distribution's version, as
                                      ActionFactory.python_platform writes it ("-": absent)
 """
@@ -30,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kiln import code_digest, machine
-from kiln.action_graph import Action
+from kiln.action_graph import PIP_PROPERTY, Action
 from kiln.host_facts import HostFacts
 from kiln.machine import Gpu
 
@@ -73,7 +76,7 @@ class MachineOffer:
             return gpu.name if name == "gpu_name" else gpu.compute_capability
         if name in PROBE_KEYS:
             return None if self.extra is None else self.extra.get(name, "-")
-        if name in _ARTIFACT:
+        if name in _ARTIFACT or name.startswith(PIP_PROPERTY):
             return None
         return dict(self.host.distributions).get(machine.normalized(name), "-")
 

@@ -4,7 +4,8 @@ A local spawner needs an execroot of links; a remote one needs the input
 root by digest and the action's key, and brings back digests, not files. So
 the executor hands a RemoteSpawner the action, its key, the digest of every
 input file with where this machine keeps its bytes (a CAS blob, or a source
-in the workspace: nothing is hashed or read again), and gets back an
+in the workspace: nothing is hashed or read again), the wheels of its Python
+environment the same way (the node makes the environment), and gets back an
 ActionResult whose every blob is already in the local CAS, verified against
 its digest. The executor then records it and delivers it as it does a cache
 hit (executor.py). The Ray implementation is kiln.remote_exec.spawner.
@@ -33,6 +34,16 @@ class RemoteInput:
 
 
 @dataclass(frozen=True)
+class RemoteWheel:
+    """A wheel of the action's Python environment, which the node installs (kiln.pyenv.wheels
+    fetched it here, checked against the lock): it travels by digest as inputs do."""
+
+    file_name: str
+    digest: Digest
+    local_path: Path
+
+
+@dataclass(frozen=True)
 class RemoteSpawn:
     action: Action
     key: str  # the action key: the remote action-cache entry goes under it
@@ -41,6 +52,9 @@ class RemoteSpawn:
     # Set when the result is no longer wanted (--spawn_strategy=dynamic: the local run
     # won): the remote task is cancelled and spawn_remote returns soon.
     give_up: threading.Event | None = None
+    # An action with third-party packages (python_env): the wheels its environment
+    # installs, those the toolchain does not provide.
+    wheels: tuple[RemoteWheel, ...] = ()
 
 
 @dataclass(frozen=True)

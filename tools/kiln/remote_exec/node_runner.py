@@ -9,17 +9,21 @@
        blobs), the output directories, .tmp; the action's fixed environment plus
        TMPDIR and the GPUs Ray gave the task (CUDA_VISIBLE_DEVICES), neither in the key
     4. the command under the supervisor (supervisor.py), with the action timeout;
-       a `python -m kiln.actions.*` action gets this node's interpreter as argv[0]
+       a `python -m kiln.actions.*` action gets this node's interpreter as argv[0]:
+       for one with third-party packages (python_env), that of the environment this
+       node makes of the wheels the driver sent (node_env.py), once per closure
     5. its declared outputs into the node's CAS; the blobs the remote cache lacks are
        uploaded, then the action-cache entry: last, so it never names a missing blob
 
 Nothing is stored for a failure, a timeout or a cancel. The node keeps its
 state under $KILN_WORKER_ROOT (default: <cache home>/remote-worker): `cache/`
-is its CAS, `execroot/` the execroots of running actions.
+is its CAS, `execroot/` the execroots of running actions (and the wheelhouses
+of environments being made), `python-envs/` the Python environments.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import os
@@ -37,7 +41,7 @@ from kiln.exec import execroot_files as files
 from kiln.exec.execroot import delete
 from kiln.exec.platform_match import actions_module, describe, mismatches
 from kiln.layout import DiskCache, cache_home
-from kiln.remote_exec import supervisor
+from kiln.remote_exec import node_env, supervisor
 from kiln.remote_exec.facts import this_node
 from kiln.remote_exec.protocol import CacheConfig, RemoteTask, TaskInput, TaskResult
 
@@ -88,14 +92,31 @@ def run_task(task: RemoteTask) -> TaskResult:
     execroots = root / "execroot"
     _sweep(execroots)
     execroot = execroots / f"{os.getpid()}-{next(_counter)}"
+    python = sys.executable  # the driver's interpreter path means nothing here
+    notes: list[str] = []
+    if action.python_env:
+        try:
+            # Its wheelhouse is named as its execroot, so _sweep removes one a crash left.
+            wheelhouse = execroot.with_name(execroot.name + "-wheels")
+            python = node_env.interpreter(task, cas, remote, root, wheelhouse, notes.append)
+        except node_env.EnvironmentFailed as failed:
+            message = f"cannot make its Python environment on {node}: {failed.message}"
+            return TaskResult(node, -1, message=message, notes=tuple(notes))
     try:
-        return _run_in(execroot, task, cas, remote, node)
+        return dataclasses.replace(
+            _run_in(execroot, task, cas, remote, node, python), notes=tuple(notes)
+        )
     finally:
         delete(execroot)
 
 
 def _run_in(
-    execroot: Path, task: RemoteTask, cas: ContentStore, remote: RemoteCache, node: str
+    execroot: Path,
+    task: RemoteTask,
+    cas: ContentStore,
+    remote: RemoteCache,
+    node: str,
+    python: str,
 ) -> TaskResult:
     action = task.action
     _make_execroot(execroot, action, task.inputs, cas)
@@ -106,8 +127,8 @@ def _run_in(
     if action.resources.gpu and gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpus  # the GPUs Ray reserved for this task
     argv = list(action.argv)
-    if actions_module(action) is not None:
-        argv[0] = sys.executable  # the driver's interpreter path means nothing here
+    if action.python_env is not None or actions_module(action) is not None:
+        argv[0] = python  # a Python action: this node's interpreter, or its environment's
     ended = supervisor.run(
         argv, cwd=execroot, env=env, stdout=stdout, stderr=stderr, timeout=task.timeout
     )

@@ -32,6 +32,16 @@ class TaskInput:
 
 
 @dataclass(frozen=True)
+class TaskWheel:
+    """A wheel the node's Python environment for the action installs (action.python_env
+    less what the toolchain provides): its bytes are the blob `hash` in the remote cache."""
+
+    file_name: str  # the wheel's own name, which pip reads its name, version and tags from
+    hash: str  # of the cache's digest function
+    size: int
+
+
+@dataclass(frozen=True)
 class RemoteTask:
     action: Action
     key: str
@@ -39,6 +49,9 @@ class RemoteTask:
     digest_function: str
     cache: CacheConfig
     timeout: float | None
+    # The wheels of the action's third-party packages, for an action with a python_env;
+    # the node makes the environment from these alone (node_env.py).
+    wheels: tuple[TaskWheel, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -54,3 +67,6 @@ class TaskResult:
     # under the key; None for a failure.
     result: ActionResult | None = None
     refused: bool = False  # the node does not match the action's fingerprint
+    # What the node said while it made the action's Python environment ("" lines where
+    # it had one): shown by the driver, which otherwise sees only a long action.
+    notes: tuple[str, ...] = ()

@@ -4,7 +4,8 @@
         route = routing.route(action)            resources + label selector
         no live node fits?                       fail at once, naming what is missing
         input blobs the remote cache lacks       HEAD, then PUT from where they are here
-                                                 (sendfile: never in this process's memory)
+                                                 (sendfile: never in this process's memory);
+                                                 so are the wheels of its Python environment
         submit the Ray task (node_runner.run_task), wait; every few seconds check
         again that some live node still fits (a GPU node that left): else cancel, fail
         outputs this CAS lacks                   downloaded, each verified as it is written
@@ -31,7 +32,7 @@ from kiln.cache.digest import Digest
 from kiln.cache.remote import RemoteCache, RemoteError
 from kiln.exec.remote_spawn import RemoteSpawn, RemoteSpawnResult
 from kiln.remote_exec.cluster import Cluster, ClusterUnreachable, TaskLost
-from kiln.remote_exec.protocol import CacheConfig, RemoteTask, TaskInput, TaskResult
+from kiln.remote_exec.protocol import CacheConfig, RemoteTask, TaskInput, TaskResult, TaskWheel
 from kiln.remote_exec.routing import Route, infeasible, route
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class RaySpawner:
         digest_function: str,
         retries: int,
         warn: Callable[[str], None],
+        report: Callable[[str], None] = lambda text: None,
     ) -> None:
         self.cluster = cluster
         self.remote = remote
@@ -61,6 +63,7 @@ class RaySpawner:
         self.digest_function = digest_function
         self.retries = retries
         self._warn = warn
+        self._report = report  # what nodes said making Python environments ("INFO: ...")
         self._lock = threading.Lock()
         self._in_flight: set[ObjectRef[TaskResult]] = set()
         self._in_remote: set[Digest] = set()  # blobs the remote cache has, as far as we know
@@ -92,6 +95,7 @@ class RaySpawner:
             self.digest_function,
             self.cache_config,
             spawn.timeout,
+            tuple(TaskWheel(w.file_name, w.digest.hash, w.digest.size) for w in spawn.wheels),
         )
         try:
             ended = self._run(task, needed, spawn.give_up)
@@ -137,20 +141,21 @@ class RaySpawner:
                 self._in_flight.discard(ref)
 
     def _upload_inputs(self, spawn: RemoteSpawn) -> None:
+        """The input files and wheels the remote cache lacks, from where they are here."""
+        sources = [(i.digest, i.local_path) for i in spawn.inputs.values()]
+        sources += [(w.digest, w.local_path) for w in spawn.wheels]
         with self._lock:
-            unknown = {
-                item.digest: item
-                for item in spawn.inputs.values()
-                if item.digest not in self._in_remote
-            }
+            unknown = {digest: path for digest, path in sources if digest not in self._in_remote}
         missing = self.remote.find_missing(unknown)
         self.remote.transfer_many(
-            [functools.partial(self.remote.upload_file, d, unknown[d].local_path) for d in missing]
+            [functools.partial(self.remote.upload_file, d, unknown[d]) for d in missing]
         )
         with self._lock:
             self._in_remote.update(unknown)
 
     def _bring_back(self, ended: TaskResult) -> RemoteSpawnResult:
+        for note in ended.notes:
+            self._report(f"{ended.node}: {note}")
         if ended.result is None:
             message = ended.message or f"exited with code {ended.exit_code}"
             return RemoteSpawnResult(
