@@ -57,12 +57,15 @@ def worker_root() -> Path:
 
 def node_name() -> str:
     """This node, as the driver's messages and profile name it."""
+    node_id = "local"  # not in a Ray task (tests call run_task directly)
     try:
         import ray
 
-        node_id = ray.get_runtime_context().get_node_id()[:8]
-    except Exception:  # not in a Ray task (tests call run_task directly)
-        node_id = "local"
+        # Outside a Ray worker, get_runtime_context() would start a local Ray instance.
+        if ray.is_initialized():
+            node_id = ray.get_runtime_context().get_node_id()[:8]
+    except Exception:
+        pass
     return f"{socket.gethostname()}:{node_id}"
 
 
