@@ -26,5 +26,6 @@ environment's location is not.
     toolchain.py    which distributions of the toolchain every environment holds
     environment.py  EnvironmentStore: the environment of a closure, made once, atomically
     pip.py          running pip, with progress and its errors as KilnErrors
+    wheels.py       WheelStore: the wheels a remote node installs, downloaded here once
     lock.py         `python -m kiln.pyenv.lock requirements.in`: make a lock for this toolchain
 """

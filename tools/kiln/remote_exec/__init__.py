@@ -6,7 +6,8 @@
     spawner.py: inputs the remote cache     ->  node_runner.py, in a Ray task routed by
       lacks are uploaded (HEAD, then PUT)         resources and labels (routing.py):
       a Ray task with the action, its key,        check the fingerprint (platform_match),
-      its input digests                           fetch inputs the node's CAS lacks,
+      its input digests (and its wheels:          fetch inputs the node's CAS lacks,
+      kiln.pyenv.wheels, by digest too)           its Python environment (node_env.py),
                                                   private execroot, the command under a
                                                   supervisor (supervisor.py), outputs
                                                   into the node's CAS, missing blobs to
