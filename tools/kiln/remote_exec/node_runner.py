@@ -23,6 +23,7 @@ of environments being made), `python-envs/` the Python environments.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -58,14 +59,12 @@ def worker_root() -> Path:
 def node_name() -> str:
     """This node, as the driver's messages and profile name it."""
     node_id = "local"  # not in a Ray task (tests call run_task directly)
-    try:
+    with contextlib.suppress(Exception):  # no Ray, no runtime context: "local" it is
         import ray
 
         # Outside a Ray worker, get_runtime_context() would start a local Ray instance.
         if ray.is_initialized():
             node_id = ray.get_runtime_context().get_node_id()[:8]
-    except Exception:
-        pass
     return f"{socket.gethostname()}:{node_id}"
 
 
