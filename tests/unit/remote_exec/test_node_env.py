@@ -9,7 +9,6 @@ as the driver uploads it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,22 +24,6 @@ from tests.nginx_cache import NginxCache
 from tests.wheels import make_wheel
 
 PRINT_TEAMLIB = "import sys, teamlib; open(sys.argv[1], 'w').write(f'{teamlib.WIDTH} {sys.prefix}')"
-
-
-@pytest.fixture(scope="module")
-def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NginxCache]:
-    server = NginxCache.start(tmp_path_factory.mktemp("nginx"))
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "node"
-    monkeypatch.setenv(node_runner.ROOT_ENV, str(root))
-    return root
 
 
 def _sent(nginx: NginxCache, tmp_path: Path, wheel: Path, data: bytes | None = None) -> TaskWheel:

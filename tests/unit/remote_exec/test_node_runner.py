@@ -6,10 +6,8 @@ execroots live under KILN_WORKER_ROOT in the test's folder.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from kiln.action_graph import Action, File
 from kiln.cache.digest import Digest, digest_bytes
 from kiln.cache.remote import RemoteCache
@@ -19,22 +17,6 @@ from kiln.remote_exec.protocol import CacheConfig, RemoteTask, TaskInput
 from tests.nginx_cache import NginxCache
 
 KEY = "ab" * 32
-
-
-@pytest.fixture(scope="module")
-def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NginxCache]:
-    server = NginxCache.start(tmp_path_factory.mktemp("nginx"))
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "node"
-    monkeypatch.setenv(node_runner.ROOT_ENV, str(root))
-    return root
 
 
 def _task(

@@ -8,7 +8,6 @@ cache is a real nginx. tests/e2e/test_remote_execution.py runs the real cluster.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
@@ -53,15 +52,6 @@ class InProcessCluster:
 
     def close(self) -> None:
         pass
-
-
-@pytest.fixture(scope="module")
-def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NginxCache]:
-    server = NginxCache.start(tmp_path_factory.mktemp("nginx"))
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_the_wheels_are_uploaded_by_the_caches_digest_and_named_in_the_task(
