@@ -14,7 +14,14 @@ import pytest
 from kiln.code_digest import KILN_ROOT
 
 # layer -> the layers it may import (besides itself)
-LEAVES = ("kiln", "kiln.errors", "kiln.machine", "kiln.code_digest", "kiln.cc_templates")
+LEAVES = (
+    "kiln",
+    "kiln.errors",
+    "kiln.machine",
+    "kiln.code_digest",
+    "kiln.cc_templates",
+    "kiln.text_files",  # the user's text files, read without hanging on a FIFO
+)
 RECORDS = ("kiln.action_specs", "kiln.action_graph", "kiln.host_facts", "kiln.label")
 ALLOWED: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(LEAVES, ()),

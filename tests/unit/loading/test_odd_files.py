@@ -56,3 +56,62 @@ def test_folder_whose_path_is_no_package_name_is_named(
     )
     ws.write(".kilnignore", f"{folder}\n")
     assert ws.query("//...") == ["//ok:x"]
+
+
+# What kiln reads itself (BUILD, .bzl, the @pip lock, .kilnignore, .kilnrc) is opened
+# without blocking and refused unless it is a regular file: a FIFO hung loading for ever,
+# and /dev/zero as the lock was read until the kernel killed kiln (issue 20).
+NOT_A_FILE = {
+    "fifo": (os.mkfifo, "it is a FIFO, not a regular file (replace it with one)"),
+    "dev_zero": (
+        lambda p: os.symlink("/dev/zero", p),
+        "it is a character device, not a regular file (replace it with one)",
+    ),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", NOT_A_FILE)
+def test_a_bzl_file_that_is_no_regular_file_is_refused_at_once(
+    make_workspace: MakeWorkspace, kind: str
+) -> None:
+    make, why = NOT_A_FILE[kind]
+    ws = make_workspace({"p/BUILD": 'load(":defs.bzl", "x")\n'})
+    make(ws.root / "p/defs.bzl")  # type: ignore[operator]
+    run = ws.kiln("query", "//p:all")
+    assert (run.code, run.out) == (1, "")
+    assert run.err == f"ERROR: p/BUILD:1:1: cannot load '//p:defs.bzl': {why}\n"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", NOT_A_FILE)
+def test_a_pip_lock_that_is_no_regular_file_is_refused_at_once(
+    make_workspace: MakeWorkspace, kind: str
+) -> None:
+    make, why = NOT_A_FILE[kind]
+    ws = make_workspace(
+        {
+            "BUILD": 'python_requirements(name = "pip", lock = "requirements_lock.txt")\n',
+            "p/BUILD": 'filegroup(name = "a", srcs = ["@pip//rich"])\n',
+        }
+    )
+    make(ws.root / "requirements_lock.txt")  # type: ignore[operator]
+    run = ws.kiln("query", "deps(//p:a)")
+    assert (run.code, run.out) == (1, "")
+    assert run.err == (
+        f"ERROR: cannot read the lock requirements_lock.txt of //:pip: {why}\n"
+        "  hint: create it with `python -m kiln.pyenv.lock requirements.in`\n"
+    )
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", NOT_A_FILE)
+def test_a_kilnignore_that_is_no_regular_file_is_refused_at_once(
+    make_workspace: MakeWorkspace, kind: str
+) -> None:
+    make, why = NOT_A_FILE[kind]
+    ws = make_workspace({"ok/BUILD": ""})
+    make(ws.root / ".kilnignore")  # type: ignore[operator]
+    run = ws.kiln("query", "//...")
+    assert (run.code, run.out) == (1, "")
+    assert run.err.startswith(f"ERROR: cannot read {ws.root / '.kilnignore'}: {why}\n")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from kiln.cli.commands import BY_NAME, did_you_mean
 from kiln.errors import KilnError, Location
+from kiln.text_files import read_text
 
 
 class RcError(KilnError):
@@ -62,8 +63,10 @@ def read(path: Path, workspace: Path | None, *, _seen: tuple[Path, ...] = ()) ->
     if path.resolve() in [seen.resolve() for seen in _seen]:
         raise RcError(f"rc file {path} imports itself (through {' -> '.join(map(str, _seen))})")
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
+        text = read_text(path)
+    except OSError as error:
+        raise RcError(f"cannot read rc file {path}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
         raise RcError(f"cannot read rc file {path}: {error}") from None
     lines: list[RcLine] = []
     for number, raw in enumerate(_logical_lines(text), start=1):

@@ -19,6 +19,7 @@ from kiln.loading.bzl import BzlLoader, build_dialect
 from kiln.loading.package import GENERATED_FILE, FileStamp, Package, Target
 from kiln.loading.package_builder import PackageBuilder
 from kiln.loading.workspace import IGNORE_FILE, Workspace
+from kiln.text_files import read_text
 
 
 class BuildFileEvaluator:
@@ -101,7 +102,7 @@ class BuildFileEvaluator:
         self, package: str, build_file: str, locate_index: int | None
     ) -> tuple[PackageBuilder, set[str]]:
         try:
-            source = self.workspace.path(build_file).read_text(encoding="utf-8")
+            source = read_text(self.workspace.path(build_file))
         except OSError as error:
             raise LoadingError(
                 f"cannot read {build_file}: {error.strerror}", location=Location(build_file)

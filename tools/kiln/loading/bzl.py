@@ -24,6 +24,7 @@ from kiln.loading import natives, nesting, rust_panics, starlark_errors
 from kiln.loading.package import FileStamp
 from kiln.loading.workspace import Workspace
 from kiln.rules import BAZEL_NATIVE, DEFS_BZL, NOT_IN_BAZEL, exported_rules
+from kiln.text_files import read_text
 
 
 def build_dialect() -> sl.Dialect:
@@ -155,7 +156,7 @@ class BzlLoader:
         self.stamps[build_file] = FileStamp.of(root, build_file)
         self.stamps[rel] = FileStamp.of(root, rel)
         try:
-            source = self.workspace.path(rel).read_text(encoding="utf-8")
+            source = read_text(self.workspace.path(rel))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise LoadingError(f"cannot load '{key}': file {rel} does not exist") from None
         except OSError as error:

@@ -28,6 +28,7 @@ from kiln import pip_lock
 from kiln.errors import KilnError
 from kiln.loading.package import FileStamp, Package, Target
 from kiln.loading.visibility import PUBLIC
+from kiln.text_files import read_text
 
 REQUIREMENTS_RULE = "python_requirements"  # the rule that declares a repository
 REQUIREMENT_KIND = "python_requirement"  # the kind of the targets made here
@@ -92,8 +93,7 @@ def requirement_attrs(lock: pip_lock.Lock, distribution: str) -> dict[str, objec
 
 def read_lock(root: str, lock_path: str, hub: str) -> pip_lock.Lock:
     try:
-        with open(f"{root}/{lock_path}", encoding="utf-8") as f:
-            text = f.read()
+        text = read_text(f"{root}/{lock_path}")
     except OSError as error:
         raise KilnError(
             f"cannot read the lock {lock_path} of {hub}: {error.strerror}",

@@ -16,6 +16,7 @@ from pathlib import Path
 from kiln.action_graph import GENERATED_ROOT
 from kiln.errors import KilnError
 from kiln.loading.package import FileStamp
+from kiln.text_files import read_text
 
 WORKSPACE_FILES = ("WORKSPACE", "WORKSPACE.bazel")
 BUILD_FILES = ("BUILD", "BUILD.bazel")
@@ -102,10 +103,12 @@ class Workspace:
 
 def _read_ignore_file(root: Path) -> frozenset[str]:
     try:
-        text = (root / IGNORE_FILE).read_text(encoding="utf-8")
+        text = read_text(root / IGNORE_FILE)
     except FileNotFoundError:
         return frozenset()
-    except (OSError, UnicodeDecodeError) as error:
+    except OSError as error:
+        raise KilnError(f"cannot read {root / IGNORE_FILE}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
         raise KilnError(f"cannot read {root / IGNORE_FILE}: {error}") from None
     lines = (line.strip().strip("/") for line in text.splitlines())
     return frozenset(line for line in lines if line and not line.startswith("#"))
