@@ -9,12 +9,15 @@ B8), although state_file.py promised that such a file "costs only time".
 from __future__ import annotations
 
 import pickle
+import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 from kiln.cli.session import Session, StartupOptions
 
-from tests.kiln_workspace import Workspace
+from tests.kiln_workspace import KILN, Workspace
 
 BUILD = 'genrule(name = "g", srcs = ["in.txt"], outs = ["g.txt"], cmd = "cat $< > $@")\n'
 
@@ -90,3 +93,43 @@ def test_directory_in_place_of_a_state_file_is_a_warning_not_a_crash(
         ) in run.err
         assert ws.out("p/g.txt") == text
     assert (path / "something").exists()  # the directory is left alone
+
+
+@pytest.mark.timeout(120)
+def test_a_full_disk_while_state_is_saved_is_one_line_naming_the_file(ws: Workspace) -> None:
+    """Issue 20: ENOSPC while kiln wrote its own state was an INTERNAL ERROR (write() on a
+    descriptor names no file, so the CLI's net let it through). A real full disk: a
+    64 KiB tmpfs as the output base, in a user and mount namespace of the test's own."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) (util-linux) on this machine")
+    ws.write("p/BUILD", 'genrule(name = "g", outs = ["g.txt"], cmd = "echo hi > $@")\n')
+    base = ws.root.parent / "full-output-base"
+    base.mkdir()
+    kiln = " ".join(shlex.quote(word) for word in (*KILN, f"--output_base={base}"))
+    script = f"""
+        set -u
+        mount -t tmpfs -o size=64k tmpfs {base} || exit 99
+        {kiln} build //p:g --nosandbox >/dev/null 2>&1 || exit 98
+        head -c 1000000 /dev/zero > {base}/filler 2>/dev/null
+        echo '# edited: the graph cache is saved again' >> p/BUILD
+        {kiln} build //p:g --nosandbox
+        echo "exit=$?"
+        ls -a {base}
+    """
+    ran = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
+        cwd=ws.root,
+        env=ws.env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "exit=1\n" in ran.stdout, (ran.returncode, ran.stdout, ran.stderr)
+    assert ran.stderr.endswith(
+        f"ERROR: {base}/graph-cache.pickle: No space left on device\n"
+        "  hint: free some space (kiln clean --expunge_disk_cache, or "
+        "--disk_cache_max_size=SIZE)\n"
+    ), ran.stderr
+    assert "Traceback" not in ran.stderr
+    # Nothing half-written: the temp file of the failed save is gone.
+    assert not [name for name in ran.stdout.split() if name.startswith(".graph-")]

@@ -20,7 +20,7 @@ LEAVES = (
     "kiln.machine",
     "kiln.code_digest",
     "kiln.cc_templates",
-    "kiln.text_files",  # the user's text files, read without hanging on a FIFO
+    "kiln.file_io",  # the user's text files read without hanging; OSErrors that name a file
 )
 RECORDS = ("kiln.action_specs", "kiln.action_graph", "kiln.host_facts", "kiln.label")
 ALLOWED: dict[str, tuple[str, ...]] = {
@@ -33,7 +33,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # the lock file format: loading makes @pip of it, the environment manager installs it
     "kiln.pip_lock": ("kiln.errors",),
     "kiln.host_facts": ("kiln.machine",),
-    "kiln.cache": ("kiln.errors", "kiln.layout"),
+    "kiln.cache": ("kiln.errors", "kiln.layout", "kiln.file_io"),
     "kiln.state_file": ("kiln.cache",),
     # python -m kiln.actions.<name>: the torch scripts read spec records, nothing of the engine
     "kiln.fork_server": (),

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
+from kiln.file_io import naming
+
 TEMP_PREFIX = ".tmp."
 # A write into the cache is tried this often while its directories vanish under it.
 _ATTEMPTS = 5
@@ -100,7 +102,7 @@ def atomic_writer(dest: Path, mode: int = 0o444, *, sync: bool = True) -> Iterat
     fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=dest.parent)
     temp = Path(name)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with naming(dest), os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
             os.fchmod(f.fileno(), mode)

@@ -57,6 +57,7 @@ from types import TracebackType
 from kiln.cache.atomic import publish, unlink_quietly
 from kiln.cache.digest import Digest, digest_file, new_hasher
 from kiln.errors import KilnError
+from kiln.file_io import naming
 
 RACY_NS = 2_000_000_000
 COMPACT_MIN_LINES = 1000
@@ -221,15 +222,16 @@ class FileDigestCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            size = os.fstat(fd).st_size
-            if size == 0:
-                data = self._header + data
-            elif os.pread(fd, 1, size - 1) != b"\n":
-                data = b"\n" + data
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            with naming(self.path):
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                size = os.fstat(fd).st_size
+                if size == 0:
+                    data = self._header + data
+                elif os.pread(fd, 1, size - 1) != b"\n":
+                    data = b"\n" + data
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
         finally:
             os.close(fd)  # releases the lock
         self._pending.clear()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kiln.cli.commands import BY_NAME, did_you_mean
 from kiln.errors import KilnError, Location
-from kiln.text_files import read_text
+from kiln.file_io import read_text
 
 
 class RcError(KilnError):

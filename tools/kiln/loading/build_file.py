@@ -13,13 +13,13 @@ import re
 import starlark as sl
 
 from kiln.errors import KilnError, LoadingError, Location
+from kiln.file_io import read_text
 from kiln.label import target_name_problem
 from kiln.loading import natives, nesting, rust_panics, source_files, starlark_errors
 from kiln.loading.bzl import BzlLoader, build_dialect
 from kiln.loading.package import GENERATED_FILE, FileStamp, Package, Target
 from kiln.loading.package_builder import PackageBuilder
 from kiln.loading.workspace import IGNORE_FILE, Workspace
-from kiln.text_files import read_text
 
 
 class BuildFileEvaluator:

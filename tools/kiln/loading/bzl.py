@@ -19,12 +19,12 @@ from typing import Any
 import starlark as sl
 
 from kiln.errors import KilnError, LabelError, LoadingError, Location
+from kiln.file_io import read_text
 from kiln.label import Label
 from kiln.loading import natives, nesting, rust_panics, starlark_errors
 from kiln.loading.package import FileStamp
 from kiln.loading.workspace import Workspace
 from kiln.rules import BAZEL_NATIVE, DEFS_BZL, NOT_IN_BAZEL, exported_rules
-from kiln.text_files import read_text
 
 
 def build_dialect() -> sl.Dialect:

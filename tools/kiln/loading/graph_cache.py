@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TypeGuard
 
 from kiln.code_digest import CodeStamp
+from kiln.file_io import naming
 from kiln.loading.package import FileStamp, Package, Target
 
 FORMAT = 2
@@ -121,7 +122,7 @@ class GraphCache:
         }
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".graph-")
         try:
-            with os.fdopen(fd, "wb") as f:
+            with naming(self.path), os.fdopen(fd, "wb") as f:
                 pickle.dump(data, f, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, self.path)
         except BaseException:

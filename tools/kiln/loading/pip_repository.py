@@ -26,9 +26,9 @@ import difflib
 
 from kiln import pip_lock
 from kiln.errors import KilnError
+from kiln.file_io import read_text
 from kiln.loading.package import FileStamp, Package, Target
 from kiln.loading.visibility import PUBLIC
-from kiln.text_files import read_text
 
 REQUIREMENTS_RULE = "python_requirements"  # the rule that declares a repository
 REQUIREMENT_KIND = "python_requirement"  # the kind of the targets made here

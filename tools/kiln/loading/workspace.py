@@ -15,8 +15,8 @@ from pathlib import Path
 
 from kiln.action_graph import GENERATED_ROOT
 from kiln.errors import KilnError
+from kiln.file_io import read_text
 from kiln.loading.package import FileStamp
-from kiln.text_files import read_text
 
 WORKSPACE_FILES = ("WORKSPACE", "WORKSPACE.bazel")
 BUILD_FILES = ("BUILD", "BUILD.bazel")

@@ -1,4 +1,7 @@
-"""Reading the user's text files (BUILD, .bzl, WORKSPACE, locks, rc files) without hanging.
+"""kiln's own file I/O at the edges: the user's text files read without hanging, and
+errors that name their file.
+
+Reading the user's text files (BUILD, .bzl, WORKSPACE, locks, rc files):
 
 `Path.read_text` opens whatever the name leads to and reads to its end. For a
 FIFO that open blocks until a writer comes (loading hung for ever), and a
@@ -13,9 +16,11 @@ instead of read into memory.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+from collections.abc import Iterator
 
 # Far above any real BUILD file, lock or rc file (the largest lock seen: 200 KB).
 MAX_TEXT_BYTES = 64 * 1024 * 1024
@@ -61,3 +66,18 @@ def read_text(path: str | os.PathLike[str]) -> str:
         if fd >= 0:
             os.close(fd)
     return data.decode("utf-8")
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An OSError raised inside that names no file gets `path`.
+
+    write() on a descriptor raises ENOSPC naming nothing, so a full disk while
+    kiln saved its own state escaped the CLI's net (cli/os_errors.py turns only an
+    error that names its path into a one-line error) as an internal error."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is None:
+            error.filename = os.fspath(path)
+        raise

@@ -1,4 +1,4 @@
-"""kiln.text_files: the user's text files are regular files, read whole, never waited on."""
+"""kiln.file_io: the user's text files are regular files, read whole, never waited on."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-from kiln import text_files
-from kiln.text_files import NotARegularFile, read_text
+from kiln import file_io
+from kiln.file_io import NotARegularFile, read_text
 
 
 def test_a_regular_file_is_read_as_utf8(tmp_path: Path) -> None:
@@ -41,7 +41,7 @@ def test_a_missing_file_is_a_file_not_found_error(tmp_path: Path) -> None:
 
 
 def test_a_file_past_the_bound_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(text_files, "MAX_TEXT_BYTES", 4)
+    monkeypatch.setattr(file_io, "MAX_TEXT_BYTES", 4)
     (tmp_path / "BUILD").write_text("12345")
     with pytest.raises(NotARegularFile, match="5 bytes, more than a text file kiln reads"):
         read_text(tmp_path / "BUILD")
