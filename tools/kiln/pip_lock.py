@@ -49,6 +49,27 @@ HINT = (
 )
 
 
+# The toolchain's root distributions (kiln.pyenv.toolchain): every Python action has
+# them and a lock never pins them; installed distributions whose names start with a
+# family's are roots too.
+TOOLCHAIN_ROOTS = (
+    "torch",
+    "torch_tensorrt",
+    "torch_tensorrt_rtx",
+    "numpy",
+    "safetensors",
+    "pydantic",
+    "jinja2",
+)
+TOOLCHAIN_FAMILIES = ("tensorrt",)
+
+
+def is_toolchain_root(name: str) -> bool:
+    """Whether the distribution (any spelling) is a root of the toolchain."""
+    name = normalized(name)
+    return name in TOOLCHAIN_ROOTS or name.startswith(TOOLCHAIN_FAMILIES)
+
+
 def normalized(name: str) -> str:
     """A distribution name as labels spell it: `@pip//huggingface_hub` (rules_python's form)."""
     return re.sub(r"[-_.]+", "_", name).lower()

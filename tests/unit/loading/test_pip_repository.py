@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 from tests.kiln_workspace import MakeWorkspace
 
 H1 = "sha256:" + "1" * 64
@@ -70,6 +72,23 @@ def test_an_unknown_package_is_named_with_the_closest_one(make_workspace: MakeWo
         "ERROR: app/BUILD:1:1: //app:a: attribute 'srcs' refers to '@pip//tim:tim': no package "
         "'tim' in @pip: requirements_lock.txt pins no such distribution\n"
         "  hint: did you mean '@pip//timm'?\n"
+    )
+
+
+@pytest.mark.parametrize("name", ["torch", "Torch_TensorRT", "tensorrt_rtx_cu13_libs"])
+def test_a_toolchain_package_is_named_as_the_toolchains(
+    make_workspace: MakeWorkspace, name: str
+) -> None:
+    """Issue 20: `@pip//torch` suggested '@pip//rich' (the closest name in the lock)."""
+    ws = make_workspace({**FILES, "app/BUILD": f'filegroup(name = "a", srcs = ["@pip//{name}"])\n'})
+    result = ws.kiln("query", "deps(//app:a)")
+    assert result.code == 1
+    assert result.err == (
+        f"ERROR: app/BUILD:1:1: //app:a: attribute 'srcs' refers to '@pip//{name}:{name}': "
+        f"'{name}' is not in @pip: it is the toolchain's, and every Python action has it "
+        "(kiln info toolchains)\n"
+        f"  hint: drop '@pip//{name}' from the deps: torch and its companions come with the "
+        "toolchain, never from a lock\n"
     )
 
 

@@ -55,6 +55,13 @@ def load_package(name: str, root_package: Package, root: str) -> Package:
     stamps = (*root_package.stamps, FileStamp.of(root, lock_path))
     lock = read_lock(root, lock_path, hub.label)
     found = lock.packages.get(distribution)
+    if found is None and pip_lock.is_toolchain_root(distribution):
+        raise NoSuchRepositoryPackage(
+            f"'{distribution}' is not in @{repo}: it is the toolchain's, and every Python "
+            "action has it (kiln info toolchains)",
+            hint=f"drop '@{repo}//{distribution}' from the deps: torch and its companions "
+            "come with the toolchain, never from a lock",
+        )
     if found is None:
         close = difflib.get_close_matches(
             pip_lock.normalized(distribution), list(lock.packages), n=1

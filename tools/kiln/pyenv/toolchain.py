@@ -27,19 +27,11 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from kiln.pip_lock import normalized
+from kiln.pip_lock import TOOLCHAIN_FAMILIES, TOOLCHAIN_ROOTS, normalized
 
-ROOTS = (
-    "torch",
-    "torch_tensorrt",
-    "torch_tensorrt_rtx",
-    "numpy",
-    "safetensors",
-    "pydantic",
-    "jinja2",
-)
-# Installed distributions whose names start so are roots too (see above).
-ROOT_FAMILIES = ("tensorrt",)
+# The roots, and the families of names that are roots too (see above): pip_lock holds
+# them, so that loading can tell `@pip//torch` is the toolchain's without this layer.
+ROOTS, ROOT_FAMILIES = TOOLCHAIN_ROOTS, TOOLCHAIN_FAMILIES
 UNLISTED = "unlisted"  # the version of a package folder without metadata
 
 
