@@ -229,7 +229,7 @@ def test_pattern_forms(text: str, working: str, kind: PatternKind, package: str,
         ),
         (
             "@r//:x",
-            "invalid target pattern '@r//:x': external repositories (@repo//...) are not supported",
+            "invalid target pattern '@r//:x': name a package of the repository, as in '@r//name'",
         ),
     ],
 )

@@ -198,6 +198,10 @@ class PatternKind(Enum):
     # `a/b` relative to the working directory with no colon: Bazel reads it as
     # //cwd/a/b:b if that is a package, else //cwd/a:b, else //cwd:a/b.
     RELATIVE_AMBIGUOUS = "relative_ambiguous"
+    # `@pip//timm`: one target of another repository (its `name` is the canonical label,
+    # `@pip//timm:timm`), as deps() prints them. No wildcards there: its packages are
+    # made from a lock, not found by walking folders.
+    EXTERNAL = "external"
 
 
 _ALL_RULES = {"all"}
@@ -234,6 +238,8 @@ class TargetPattern:
             text = text[1:]
         if not text:
             raise _Invalid("empty pattern")
+        if text.startswith("@") and not text.startswith(_MAIN_REPOSITORY):
+            return TargetPattern._external(text, negative, original)
         text = _strip_main_repository(text)
         if text.startswith("//"):
             body = text[2:]
@@ -275,3 +281,20 @@ class TargetPattern:
             return TargetPattern(PatternKind.PACKAGE_TARGETS, path, "", negative, original)
         label = Label._parse("//" + body, "")
         return TargetPattern(PatternKind.SINGLE, label.package, label.name, negative, original)
+
+    @staticmethod
+    def _external(text: str, negative: bool, original: str) -> TargetPattern:
+        repository, _, rest = text.partition("//")
+        path, _, name = rest.partition(":")
+        if "..." in path.split("/") or name in _ALL_RULES | _ALL_TARGETS:
+            raise _Invalid(
+                f"wildcards over an external repository are not supported: name one of its "
+                f"targets, as in '{repository}//name'"
+            )
+        try:
+            label = external_label(text)
+        except LabelError as error:
+            raise _Invalid(error.message.partition(": ")[2] or error.message) from None
+        assert label is not None  # it starts with '@' and is no main-repository label
+        package = label[: label.index(":")]
+        return TargetPattern(PatternKind.EXTERNAL, package, label, negative, original)

@@ -109,3 +109,28 @@ def test_a_bad_lock_line_is_reported_at_its_line(make_workspace: MakeWorkspace) 
     assert result.err.startswith("ERROR: requirements_lock.txt:7: 'numpy==2.4.6' has no --hash"), (
         result.err
     )
+
+
+def test_a_pip_label_is_a_pattern_of_its_own(make_workspace: MakeWorkspace) -> None:
+    """Issue 20: `kiln query '@pip//timm'` was refused although deps() prints such labels."""
+    ws = make_workspace(FILES)
+    assert ws.query("@pip//timm") == ["@pip//timm:timm"]
+    assert ws.query("@pip//timm:timm + //app:a") == ["@pip//timm:timm", "//app:a"]
+    assert ws.query("deps(//app:a) - @pip//timm") == [
+        "//:pip",
+        "//:requirements_lock.txt",
+        "//app:a",
+        "//app:a.txt",
+    ]
+
+
+@pytest.mark.parametrize("pattern", ["@pip//...", "@pip//timm:all", "@pip//timm/...:*"])
+def test_wildcards_over_a_pip_repository_say_to_name_a_target(
+    make_workspace: MakeWorkspace, pattern: str
+) -> None:
+    result = make_workspace(FILES).kiln("query", pattern)
+    assert (result.code, result.out) == (1, "")
+    assert result.err == (
+        f"ERROR: invalid target pattern '{pattern}': wildcards over an external repository "
+        "are not supported: name one of its targets, as in '@pip//name'\n"
+    )

@@ -47,7 +47,7 @@ def expand(
                 del selected[label]
             continue
         labels = _expand_one(loader, pattern, excluded, on_error)
-        if skip_manual and pattern.kind not in (PatternKind.SINGLE, PatternKind.RELATIVE_AMBIGUOUS):
+        if skip_manual and pattern.kind not in _NAMED:
             labels = [label for label in labels if not _is_manual(loader, label)]
         if pattern.negative:
             for label in labels:
@@ -58,6 +58,8 @@ def expand(
 
 
 _RECURSIVE = (PatternKind.RECURSIVE_RULES, PatternKind.RECURSIVE_TARGETS)
+# Patterns that name their target: it is selected even if tagged "manual".
+_NAMED = (PatternKind.SINGLE, PatternKind.RELATIVE_AMBIGUOUS, PatternKind.EXTERNAL)
 
 
 def _package_of(label: str) -> str:
@@ -77,6 +79,8 @@ def _expand_one(
     kind = pattern.kind
     if kind is PatternKind.SINGLE:
         return [GraphBuilder(loader).resolve(str(pattern.label), None).label]
+    if kind is PatternKind.EXTERNAL:
+        return [GraphBuilder(loader).resolve(pattern.name, None).label]
     if kind is PatternKind.RELATIVE_AMBIGUOUS:
         return [str(_resolve_relative(loader, pattern))]
     if kind in (PatternKind.PACKAGE_RULES, PatternKind.PACKAGE_TARGETS):
