@@ -16,6 +16,17 @@ pytest_plugins = ["tests.torch_tier", "tests.parallel"]
 
 def pytest_configure(config: pytest.Config) -> None:
     sigint_as_a_terminal_gives_it()
+    hypothesis_without_timing()
+
+
+def hypothesis_without_timing() -> None:
+    """Property tests judge what is generated, never how fast: Hypothesis' deadline and its
+    "input generation is slow" health check failed test_label on a loaded machine (two
+    suites at once), where a 200 ms deadline says nothing about kiln."""
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile("kiln", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("kiln")
 
 
 def sigint_as_a_terminal_gives_it() -> None:

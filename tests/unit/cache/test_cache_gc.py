@@ -16,10 +16,12 @@ from kiln.cache.gc import GcReport, collect, expunge
 from kiln.layout import DiskCache
 
 
-def age(path: Path, seconds: float) -> None:
+def age(path: Path, seconds: float, now_ns: int | None = None) -> None:
     """Make path look last used `seconds` ago (from now, not from collection: a full
-    suite reaches these tests minutes after collecting them)."""
-    ns = time.time_ns() - int(seconds * 1e9)
+    suite reaches these tests minutes after collecting them). Paths that must be of
+    the same age take the same `now_ns`: two clock reads can straddle a second, and
+    collection orders by the second first."""
+    ns = (now_ns or time.time_ns()) - int(seconds * 1e9)
     os.utime(path, ns=(ns, ns))
 
 
@@ -90,9 +92,11 @@ def test_a_hit_makes_old_blobs_recently_used(
 def test_entries_go_before_blobs_of_the_same_age(
     tmp_path: Path, cas: ContentStore, ac: ActionCache
 ) -> None:
-    d = blob(cas, b"x", 1000)
+    d = cas.put_bytes(b"x" * 100)
     ac.put(key(2), ActionResult((OutputFile("out", d),)))
-    age(ac.path(key(2)), 1000)
+    now = time.time_ns()
+    age(cas.path(d), 1000, now)
+    age(ac.path(key(2)), 1000, now)
     entry_size = ac.path(key(2)).stat().st_size
     report = collect(tmp_path, max_bytes=100)
     assert report == GcReport(100 + entry_size, 100, 0, 1)
@@ -207,8 +211,13 @@ def test_writers_never_fail_while_the_store_is_expunged_under_them(
 
     writer = threading.Thread(target=write)
     writer.start()
-    for _ in range(10):  # an expunge every 20 ms: far more than real life
+    # An expunge every 20 ms (far more than real life), at least ten, and on until the
+    # writer has stored something: on a loaded machine its thread may not have run yet.
+    deadline = time.monotonic() + 60
+    expunges = 0
+    while expunges < 10 or (written < 3 and not errors and time.monotonic() < deadline):
         expunge(DiskCache(tmp_path), ["sha256"])
+        expunges += 1
         time.sleep(0.02)
     stop.set()
     writer.join()
