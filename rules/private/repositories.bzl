@@ -28,6 +28,8 @@ def _interpreter(rctx):
     """The interpreter: $KILN_PYTHON, else the attribute (relative to the main workspace)."""
     path = rctx.os.environ.get("KILN_PYTHON") or rctx.attr.interpreter
     if not path.startswith("/"):
+        # Needs a BUILD file at the workspace root: Bazel 4.2.3 loads the root package
+        # to find @//:WORKSPACE (repository_ctx has no workspace_root before Bazel 6).
         path = "%s/%s" % (rctx.path(Label("@//:WORKSPACE")).dirname, path)
     if not rctx.path(path).exists:
         fail("%s: the interpreter %s does not exist (set interpreter = ..., or $KILN_PYTHON)" %

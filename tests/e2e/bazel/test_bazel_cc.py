@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,13 @@ pytestmark = pytest.mark.torch
 def example(twins: Twins) -> Iterator[Bazel]:
     root = twins.root / "examples" / "bazel_app"
     bazel = Bazel.at(root, twins.base / "example-root", twins.base / "example-home")
+    # As its README says to run it: no KILN_PYTHON, so WORKSPACE's relative interpreter
+    # ../../.venv/bin/python is used (issue 20: it failed without a root BUILD file, and
+    # KILN_PYTHON had hidden that). The copy's .venv is this session's, by a link.
+    del bazel.env["KILN_PYTHON"]
+    venv = twins.root / ".venv"
+    if not venv.exists():
+        venv.symlink_to(Path(sys.prefix), target_is_directory=True)
     try:
         bazel.ok("build", "//app")
         yield bazel
