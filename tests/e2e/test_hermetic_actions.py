@@ -72,6 +72,29 @@ def test_an_undeclared_file_is_absent_even_by_absolute_path(ws: Workspace) -> No
     assert ws.out("pkg/peek.txt") == "in.txt\n"  # the workspace shows its declared file only
 
 
+@pytest.mark.parametrize("absolute", [True, False], ids=["absolute", "relative"])
+def test_a_source_that_is_a_symlink_is_read_through_it_in_the_sandbox(
+    ws: Workspace, absolute: bool
+) -> None:
+    """Issue 20: a source symlink with an absolute target (data kept outside the workspace)
+    failed the sandbox's set-up: the kernel resolved the target against the sandbox's
+    root, where it leads nowhere. Its target's folder stays hidden all the same."""
+    data = ws.root.parent / "data"
+    data.mkdir()
+    (data / "weights.txt").write_text("kept outside\n")
+    (data / "other.txt").write_text("undeclared\n")
+    ws.write(
+        "pkg/BUILD",
+        'genrule(name = "g", srcs = ["in.txt"], outs = ["g.txt"], '
+        'cmd = "cat $< > $@; cat ' + str(data / "other.txt") + ' >> $@ 2>/dev/null || true")\n',
+    )
+    target = data / "weights.txt"
+    (ws.root / "pkg/in.txt").symlink_to(target if absolute else "../../data/weights.txt")
+    run = ws.kiln("build", "//pkg:g")
+    assert run.code == 0, run.err
+    assert ws.out("pkg/g.txt") == "kept outside\n"
+
+
 def test_an_action_writes_only_its_execroot_and_a_private_tmp(ws: Workspace) -> None:
     """A4: an action could write anywhere, e.g. /tmp, or into the workspace."""
     host_tmp = ws.root.parent / "written-by-the-action"

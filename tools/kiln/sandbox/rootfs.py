@@ -129,7 +129,7 @@ def _bind(
     root: str, bind: Bind, *, made: Made, recursive: bool = False, source_prefix: str = ""
 ) -> None:
     target = root + bind.target
-    source = source_prefix + bind.source
+    source = _on_host(source_prefix, bind.source) if source_prefix else bind.source
     if bind.writable and not os.path.lexists(source):
         # A writable directory of the user's that went (the disk cache's torch state,
         # with an expunged cache): made anew, as the action would have made it.
@@ -142,6 +142,39 @@ def _bind(
             os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o444))
         made.created.append(target)
     linux.bind(source, target, writable=bind.writable, recursive=recursive)
+
+
+# As the kernel's own bound on a path's links (ELOOP past it).
+_MAX_LINKS = 40
+
+
+def _on_host(prefix: str, path: str) -> str:
+    """`path` of the host, reached through `prefix` (the host's root as /proc/self/fd/N),
+    with every symlink on the way resolved against the host's root: the kernel would
+    resolve an absolute link target (a source file linked to /data/x) against this
+    process's root, the sandbox's, where it leads nowhere. A relative target stays
+    relative, as it is. A dangling link or a loop gives a path that does not exist,
+    and the bind fails naming it."""
+    resolved = ""  # the host path so far, free of links
+    parts = [p for p in path.split("/") if p]
+    links = 0
+    while parts:
+        part = parts.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        candidate = f"{resolved}/{part}"
+        if links < _MAX_LINKS and os.path.islink(prefix + candidate):
+            links += 1
+            link = os.readlink(prefix + candidate)
+            if link.startswith("/"):
+                resolved = ""
+            parts = [p for p in link.split("/") if p] + parts
+            continue
+        resolved = candidate
+    return prefix + (resolved or "/")
 
 
 def _make_dir(path: str, made: Made) -> None:
