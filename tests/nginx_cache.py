@@ -44,6 +44,7 @@ class NginxCache:
     port: int
     token: str
     process: subprocess.Popen[bytes] | None = None
+    keepalive: int = 75  # seconds nginx keeps an idle connection (its default)
 
     @property
     def url(self) -> str:
@@ -55,13 +56,21 @@ class NginxCache:
         return self.directory / "root"
 
     @staticmethod
-    def start(directory: Path, token: str = "", port: int = 0) -> NginxCache:
+    def start(directory: Path, token: str = "", port: int = 0, keepalive: int = 75) -> NginxCache:
         ensure_nginx()
         directory.mkdir(parents=True, exist_ok=True)
         for _ in range(5):  # another process may take the free port first
-            server = NginxCache(directory, port or _free_port(), token)
+            server = NginxCache(directory, port or _free_port(), token, keepalive=keepalive)
             server.process = subprocess.Popen(
-                ["bash", str(SCRIPT), "serve", str(directory), str(server.port), token],
+                [
+                    "bash",
+                    str(SCRIPT),
+                    "serve",
+                    str(directory),
+                    str(server.port),
+                    token,
+                    str(keepalive),
+                ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,  # nginx logs to error.log
             )
@@ -101,7 +110,7 @@ class NginxCache:
     def restart(self) -> None:
         """Start again on the same port, with the same content."""
         self.stop()
-        started = NginxCache.start(self.directory, self.token, self.port)
+        started = NginxCache.start(self.directory, self.token, self.port, self.keepalive)
         self.process = started.process
 
     def log(self) -> list[tuple[str, str, int]]:
@@ -129,8 +138,8 @@ class NginxCache:
 
 
 @contextlib.contextmanager
-def nginx_cache(directory: Path, token: str = "") -> Iterator[NginxCache]:
-    server = NginxCache.start(directory, token)
+def nginx_cache(directory: Path, token: str = "", keepalive: int = 75) -> Iterator[NginxCache]:
+    server = NginxCache.start(directory, token, keepalive=keepalive)
     try:
         yield server
     finally:

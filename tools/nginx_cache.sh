@@ -45,7 +45,8 @@ install() {
 }
 
 serve() {
-    local dir=$1 port=$2 token=${3:-}
+    # KEEPALIVE: seconds an idle client connection is kept (nginx's default is 75).
+    local dir=$1 port=$2 token=${3:-} keepalive=${4:-75}
     local nginx
     nginx=$(install)
     mkdir -p "$dir/root" "$dir/tmp"
@@ -71,6 +72,7 @@ http {
     sendfile on;
     tcp_nopush on;
     keepalive_requests 100000;
+    keepalive_timeout ${keepalive}s;
     default_type application/octet-stream;
     server {
         listen 127.0.0.1:$port;
@@ -92,7 +94,7 @@ case ${1:-} in
 install) install ;;
 serve) shift && serve "$@" ;;
 *)
-    echo "usage: $0 install | serve DIR PORT [TOKEN]" >&2
+    echo "usage: $0 install | serve DIR PORT [TOKEN [KEEPALIVE_SECONDS]]" >&2
     exit 2
     ;;
 esac

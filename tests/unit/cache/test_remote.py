@@ -209,6 +209,27 @@ def test_a_connection_closed_while_idle_is_retried_on_a_new_one() -> None:
         assert len(fake.requests) == 3
 
 
+def test_after_an_idle_longer_than_the_servers_keep_alive_every_call_succeeds(
+    tmp_path: Path, cas: ContentStore
+) -> None:
+    """Issue 20: after an action longer than nginx's keep-alive (75 s; every real model
+    compile is), the retry took another stale pooled connection, 'the server closed the
+    connection', and the remote cache was dropped for the rest of the build. Here the
+    keep-alive is 1 s, the pool holds several connections, and the idle is 2.5 s."""
+    digests = [cas.put_bytes(os.urandom(50_000)) for _ in range(8)]
+    with (
+        nginx_cache(tmp_path / "short", keepalive=1) as server,
+        RemoteCache(server.url) as remote,
+    ):
+        remote.transfer_many([lambda d=d: remote.upload(d, cas) for d in digests])  # type: ignore[misc]
+        assert len({c for c, _, _ in server.log()}) > 1  # several pooled connections
+        time.sleep(2.5)  # each is closed by the server meanwhile
+        remote.put_action_result(KEY, ActionResult((OutputFile("o", digests[0]),)))
+        assert remote.get_action_result(KEY) is not None
+        time.sleep(2.5)
+        assert remote.find_missing(digests) == []
+
+
 def test_wrong_bytes_from_a_server_never_reach_the_cas(tmp_path: Path) -> None:
     with fake_http_cache("blob:" + b"evil".hex()) as fake, RemoteCache(fake.url) as remote:
         cas = ContentStore(tmp_path / "c")

@@ -239,10 +239,15 @@ class RemoteCache:
             raise ValueError(f"not a cache key (lowercase hex): {key!r}")
         return f"{urllib.parse.quote(self._prefix)}/{kind}/{key}"
 
-    def _connect(self) -> tuple[http.client.HTTPConnection, bool]:
-        """An idle kept-alive connection (True), or a new one (False)."""
+    def _connect(self, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
+        """An idle kept-alive connection (True), or a new one (False); `fresh`: a new one,
+        and every idle one closed, since they idled as long as the one found stale."""
         with self._lock:
-            if self._idle:
+            if fresh:
+                stale, self._idle = self._idle, []
+                for conn in stale:
+                    conn.close()
+            elif self._idle:
                 return self._idle.pop(), True
         if self._https:
             return http.client.HTTPSConnection(
@@ -259,8 +264,9 @@ class RemoteCache:
     ) -> T:
         """One request and its response, on a pooled connection; RemoteError on failure."""
         where = f"{method} {self._scheme_host()}{path}"
+        fresh = False
         for attempt in range(2):
-            conn, reused = self._connect()
+            conn, reused = self._connect(fresh)
             pace = _Pace(conn, self.timeout, self.min_rate)
             try:
                 conn.putrequest(method, path, skip_accept_encoding=True)
@@ -276,7 +282,11 @@ class RemoteCache:
             except _STALE as e:
                 conn.close()
                 if reused and attempt == 0:
-                    continue  # the server closed it while idle: once more, on a new one
+                    # The server closed it while idle (an action longer than its keep-alive,
+                    # nginx's 75 s): once more, on a new connection, never on another idle
+                    # one, which would be as stale.
+                    fresh = True
+                    continue
                 raise RemoteError(f"{where}: {_describe(e)}") from None
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
