@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Self
 
 from kiln.rule_api import (
+    INTEGER_DTYPES,
     DefaultInfo,
     DynamicDim,
     FactoryValue,
@@ -74,6 +75,21 @@ class TorchModelAttrs(RuleAttrs):
         default_factory=list,
         description="dimensions that vary: [{'name', 'min', 'max', 'opt', 'axes': {input: axis}}]",
     )
+
+    @model_validator(mode="after")
+    def _integer_inputs_declare_their_values(self) -> Self:
+        # Without a range, export and validation sampled [0, 10) and the loaders checked
+        # nothing: an id past the vocabulary aborted the application (exit 134) instead
+        # of being refused (issue 20).
+        for spec in self.inputs:
+            if spec.dtype in INTEGER_DTYPES and spec.value_range is None:
+                raise ValueError(
+                    f"integer input '{spec.name}' ({spec.dtype}) declares no values: give "
+                    '"low" and "high", the values it takes (high exclusive, e.g. "low": 0, '
+                    '"high": the vocabulary size), so that validation samples all of them and '
+                    "the loaders refuse the rest"
+                )
+        return self
 
     @model_validator(mode="after")
     def _dims_match_inputs(self) -> Self:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from kiln.action_graph import PYTHON_ACTION_ENV, File, PythonPackage, Resources
 from kiln.action_specs import (
+    INTEGER_DTYPES,
     Backend,
     BuildGpu,
     CompileSpec,
@@ -54,6 +55,7 @@ from kiln.rule_api.rule import Rule
 
 __all__ = [
     "GPUS",
+    "INTEGER_DTYPES",
     "PYTHON_ACTION_ENV",
     "ActionFactory",
     "AnalysisError",
