@@ -12,7 +12,7 @@ import pytest
 from kiln.cache.action_cache import ActionCache, ActionResult, OutputFile
 from kiln.cache.cas import ContentStore
 from kiln.cache.digest import Digest
-from kiln.cache.gc import GcReport, collect, expunge
+from kiln.cache.gc import IN_USE_LOCK, GcReport, collect, expunge
 from kiln.layout import DiskCache
 
 
@@ -248,3 +248,43 @@ def test_the_actions_temp_state_counts_and_is_collected_but_a_held_lock(
     assert not (headers / "old.gch").exists()
     assert held.exists()  # another process holds it
     assert cas.has(recent)
+
+
+def test_expunge_leaves_the_temp_state_running_actions_hold(
+    cas: ContentStore, tmp_path: Path
+) -> None:
+    """Issue 20: `kiln clean --expunge_disk_cache` from one workspace failed another
+    workspace's running compile: its torch directory (precompiled headers, TMPDIR) went."""
+    torch_dir = tmp_path / "tmp/torch"
+    (torch_dir / "precompiled_headers").mkdir(parents=True)
+    (torch_dir / "precompiled_headers/h.gch").write_bytes(b"header")
+    private = tmp_path / "tmp/kiln-inductor-ab"
+    private.mkdir()
+    (private / "kernel.cpp").write_text("//")
+    idle = tmp_path / "tmp/kiln-inductor-cd"
+    idle.mkdir()
+    (tmp_path / "tmp/kiln-inductor-cd.lock").write_bytes(b"")
+    cas.put_bytes(b"x")
+    holds = []
+    for lock in (torch_dir / IN_USE_LOCK, tmp_path / "tmp/kiln-inductor-ab.lock"):
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_SH)  # a running action's compile
+        holds.append(fd)
+    try:
+        expunge(DiskCache(tmp_path), ["sha256"])
+        assert (torch_dir / "precompiled_headers/h.gch").read_bytes() == b"header"
+        assert (private / "kernel.cpp").exists()
+        assert not idle.exists()
+        assert not (tmp_path / "tmp/kiln-inductor-cd.lock").exists()
+        assert not (tmp_path / "cas").exists()
+    finally:
+        for fd in holds:
+            os.close(fd)
+    expunge(DiskCache(tmp_path), ["sha256"])  # nobody holds them now
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gc.lock"]
+
+
+def test_the_in_use_lock_is_named_as_the_actions_name_it() -> None:
+    from kiln.actions import temp_state
+
+    assert temp_state.IN_USE_LOCK == IN_USE_LOCK

@@ -96,6 +96,22 @@ def private_cache(name: str) -> Iterator[Path]:
         os.close(lock)
 
 
+# Held shared (flock LOCK_SH) in the shared directory by every process that uses it, for
+# as long as it lives (a worker: its build): `kiln clean --expunge_disk_cache` from another
+# workspace then leaves the directory to it instead of deleting a running compile's files
+# (cache/gc.py: the same name, pinned by a test).
+IN_USE_LOCK = ".in-use.lock"
+_in_use: list[int] = []  # this process's descriptor of it, once taken
+
+
+def _hold_in_use(shared: Path) -> None:
+    if _in_use:
+        return
+    fd = os.open(shared / IN_USE_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    _in_use.append(fd)
+
+
 def pin_temp_dirs() -> None:
     """$TMPDIR and inductor's precompiled-header folder at the shared directory: inductor
     computes the latter once, when torch._inductor.codecache is imported, and names it in
@@ -103,6 +119,7 @@ def pin_temp_dirs() -> None:
     torch's and Python's folders named through links there (toolchain_paths.py)."""
     shared = shared_dir()
     _own_directory(shared)
+    _hold_in_use(shared)
     os.environ["TMPDIR"] = str(shared)
     tempfile.tempdir = None
     from torch._inductor import codecache

@@ -29,6 +29,8 @@ the same lock, while other kilns may be building with it: each part is first
 renamed away (one atomic step), so a build never sees a half-deleted store;
 it finds none and makes a new one (atomic.despite_vanishing_directories), or
 puts back what it needs from kiln-out/ (exec/execroot.py, exec/executor.py).
+The actions' temp state is the exception: what running actions hold (torch's
+shared directory, a private cache under its lock) is left to them.
 """
 
 from __future__ import annotations
@@ -87,15 +89,51 @@ def expunge(cache: DiskCache, digest_functions: Iterable[str]) -> None:
         for part in cache.expunged(digest_functions):
             if part == cache.gc_lock:
                 continue  # held: another collection must wait on this very file
-            doomed = part.with_name(f"{part.name}.expunged-{secrets.token_hex(4)}")
-            try:
-                os.rename(part, doomed)
-            except FileNotFoundError:
-                continue
-            if doomed.is_dir() and not doomed.is_symlink():
-                shutil.rmtree(doomed, ignore_errors=True)
+            if part == cache.tmp:
+                _expunge_temp_state(part)
             else:
-                doomed.unlink(missing_ok=True)
+                _remove(part)
+
+
+# Held shared in a directory of the actions' temp state by each process using it
+# (actions/temp_state.py: the same name, pinned by a test).
+IN_USE_LOCK = ".in-use.lock"
+
+
+def _expunge_temp_state(tmp: Path) -> None:
+    """The actions' temp state but what running actions use: torch's shared directory
+    while a process holds its IN_USE_LOCK, and a private cache while its `<name>.lock`
+    is held. Deleting them failed another workspace's running compile (issue 20); they
+    go at the next expunge or collection."""
+    try:
+        entries = sorted(os.scandir(tmp), key=lambda e: e.name)
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        path = Path(entry.path)
+        if entry.name.endswith(".lock"):
+            if not _held(entry.path):
+                path.unlink(missing_ok=True)
+            continue
+        in_use = path / IN_USE_LOCK if entry.is_dir(follow_symlinks=False) else None
+        if _held(f"{entry.path}.lock") or (in_use is not None and _held(str(in_use))):
+            continue
+        _remove(path)
+    with contextlib.suppress(OSError):  # not empty: something in use stays
+        tmp.rmdir()
+
+
+def _remove(part: Path) -> None:
+    """Rename `part` away (one atomic step: nobody sees it half-deleted), then delete it."""
+    doomed = part.with_name(f"{part.name}.expunged-{secrets.token_hex(4)}")
+    try:
+        os.rename(part, doomed)
+    except FileNotFoundError:
+        return
+    if doomed.is_dir() and not doomed.is_symlink():
+        shutil.rmtree(doomed, ignore_errors=True)
+    else:
+        doomed.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
