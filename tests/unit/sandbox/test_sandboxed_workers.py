@@ -93,6 +93,46 @@ def test_inputs_are_read_only_and_tmp_is_fresh_for_each_action(
     assert (layout.workspace / "act.py").read_text() == ACTION
 
 
+@pytest.mark.parametrize(
+    ("end", "response"),
+    [
+        (
+            "os.kill(os.getpid(), signal.SIGSEGV)",
+            WorkResponse(
+                -signal.SIGSEGV,
+                crashed=True,
+                message="worker crashed (signal 11, SIGSEGV) while running act",
+            ),
+        ),
+        (
+            "os._exit(7)",
+            WorkResponse(7, crashed=True, message="worker exited with code 7 while running act"),
+        ),
+    ],
+    ids=["segfault", "exit"],
+)
+def test_a_worker_that_dies_is_reported_as_it_died_not_as_its_host_was_killed(
+    pool: WorkerPool, layout: Layout, end: str, response: WorkResponse
+) -> None:
+    """Issue 20: a sandboxed worker's SIGSEGV was reported as SIGKILL (the host killed
+    its group, itself included, and the pool killed the host before it could say)."""
+    root, inputs = layout.execroot("dies", {"act.py": f"import os, signal\n{end}\n"})
+    request = WorkRequest(
+        argv=(sys.executable, "-m", "act"),
+        env={"PATH": "/usr/bin:/bin"},
+        cwd=str(root),
+        stdout_path=str(root / ".tmp/stdout"),
+        stderr_path=str(root / ".tmp/stderr"),
+        sandbox=[b.to_json() for b in action_binds(root, inputs)],
+    )
+    got = pool.run(request)
+    assert (got.exit_code, got.crashed, got.message) == (
+        response.exit_code,
+        response.crashed,
+        response.message,
+    )
+
+
 # kiln as far as a sandboxed worker goes: a sandbox and a pool running one action.
 KILN = """
     import sys

@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import select
 import shutil
 import signal
@@ -232,10 +233,14 @@ def _serve_worker(view: _View, options: _Options, worker: list[str]) -> int:
     os.close(options.response_fd)  # the worker's alone: its end of file is the worker's death
     os.set_inheritable(requests, False)
     pidfd = os.pidfd_open(pid)
+    worker_status: int | None = None
     try:
         while True:
             ready = {fd for fd, _ in _poll(requests, options.lifeline_fd, pidfd)}
-            if options.lifeline_fd in ready or pidfd in ready:
+            if pidfd in ready:  # the worker died: the host ends as it did (below)
+                _, worker_status = os.waitpid(pid, 0)
+                return os.waitstatus_to_exitcode(worker_status)
+            if options.lifeline_fd in ready:
                 return 0
             try:
                 message = read_frame(requests)
@@ -254,8 +259,11 @@ def _serve_worker(view: _View, options: _Options, worker: list[str]) -> int:
             write_frame(to_worker, message)
     finally:
         if os.getpgrp() == os.getpid():  # the pool made the host its group's leader
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(os.getpgrp(), signal.SIGKILL)  # the worker, what its action started
+            _kill_group_but_this_process()  # the worker, what its action started
+        if worker_status is not None and os.WIFSIGNALED(worker_status):
+            # The pool reports how the host ended as how the worker did: a worker's
+            # SIGSEGV was reported as the SIGKILL the host gave its group (issue 20).
+            _die_by(os.WTERMSIG(worker_status))
 
 
 def _poll(*fds: int) -> list[tuple[int, int]]:
@@ -263,6 +271,33 @@ def _poll(*fds: int) -> list[tuple[int, int]]:
     for fd in fds:
         poller.register(fd, select.POLLIN)
     return poller.poll()
+
+
+def _kill_group_but_this_process() -> None:
+    """SIGKILL every other process of this process's group (killpg would kill this one
+    too, before it could say how its worker ended)."""
+    me, group = os.getpid(), os.getpgrp()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[2]) == group:  # after the name: state, ppid, pgrp
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(name), signal.SIGKILL)
+
+
+def _die_by(number: int) -> None:
+    """End this process by signal `number`, as its worker ended, without a core dump."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    with contextlib.suppress(OSError, ValueError):
+        signal.signal(number, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [number])
+    os.kill(os.getpid(), number)
+    os.kill(os.getpid(), signal.SIGKILL)  # a signal whose default is not to end
 
 
 def _kill_group(pid: int) -> None:

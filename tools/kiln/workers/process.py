@@ -30,6 +30,8 @@ from kiln.workers.protocol import (
 )
 
 _READ_CHUNK = 64 * 1024
+# How long a dead worker's sandbox host may take to end as its worker did.
+_DIED_GRACE_S = 2.0
 _LOG_TAIL_BYTES = 4000
 _EXIT_CHECK_S = 0.2  # without a pidfd, how often a waiting pool looks at its worker
 _DATA, _EXITED, _TIMEOUT = "data", "exited", "timeout"
@@ -172,10 +174,15 @@ class WorkerProcess:
             os.close(self._requests)
             self._requests = None
 
-    def _reap(self) -> int:
+    def _reap(self, grace: float = 0.0) -> int:
+        """Wait up to `grace` seconds for the process to end by itself, then kill its group
+        (also whatever the action left running); its return code."""
+        if grace:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(grace)
         with self._lock:
             if self._proc.returncode is None:
-                _killpg(self.pid)  # also whatever the action left running
+                _killpg(self.pid)
             returncode = self._proc.wait()
         self.close_requests()
         if self._lifeline is not None:
@@ -189,7 +196,10 @@ class WorkerProcess:
         return returncode
 
     def _died(self, module: str, *, starting: bool = False) -> WorkResponse:
-        returncode = self._reap()
+        # The stream ended: the worker is dead. In a sandbox the process here is its host,
+        # which ends as its worker did a moment later: killing it now would report the
+        # SIGKILL instead of the worker's own signal (a SIGSEGV, say).
+        returncode = self._reap(grace=0.0 if self._kill_reason else _DIED_GRACE_S)
         if self._kill_reason:
             message = f"worker {self._kill_reason} while running {module}"
         elif returncode < 0:
