@@ -17,13 +17,15 @@ from kiln.cli.remote_execution import RemoteExecution
 from kiln.cli.reports import FanOut, Reports
 from kiln.cli.session import Session
 from kiln.cli.status import StatusPrinter
-from kiln.exec.executor import ExecOptions, open_executor
+from kiln.exec.executor import ExecOptions, Reporting, open_executor
 from kiln.exec.scheduler import Limits, Reporter, Scheduler, ScheduleResult
 from kiln.layout import DiskCache, cache_home
 
 if TYPE_CHECKING:
+    from kiln.cache.action_cache import ActionCache
     from kiln.cache.cas import ContentStore
     from kiln.exec.remote_spawn import RemoteSpawner
+    from kiln.exec.remote_spawn_cache import RemoteSpawnCache
 
 
 def execute_graph(
@@ -55,30 +57,40 @@ def execute_graph(
         ),
         remote_local_fallback=options.remote_local_fallback,
     )
-    with open_executor(
-        session.workspace.root, session.output_base, disk_cache, exec_options
-    ) as executor:
-        status = StatusPrinter(len(graph), locate, explain=options.explain)
-        executor.report = lambda text: status.print(f"INFO: {text}")
-        executor.warn = lambda message: status.print(f"WARNING: {message}")
-        try:
-            if remote is not None:
-                from kiln.exec.remote_spawn_cache import RemoteSpawnCache
+    status = StatusPrinter(len(graph), locate, explain=options.explain)
+    reporting = Reporting(
+        warn=lambda message: status.print(f"WARNING: {message}"),
+        report=lambda text: status.print(f"INFO: {text}"),
+    )
 
-                executor.remote = RemoteSpawnCache(
-                    remote,
-                    executor.cas,
-                    executor.action_cache,
-                    accept_cached=options.remote_accept_cached,
-                    upload_local_results=options.remote_upload_local_results,
-                    warn=lambda message: status.print(f"WARNING: {message}"),
-                )
-            executor.placement = remote_execution.policy
-            if remote_execution.cluster is not None:
-                assert remote is not None  # remote_execution() insists on --remote_cache
-                executor.remote_spawner = _ray_spawner(
-                    options, remote_execution, executor.cas, status.print
-                )
+    def remote_spawn_cache(cas: ContentStore, action_cache: ActionCache) -> RemoteSpawnCache:
+        from kiln.exec.remote_spawn_cache import RemoteSpawnCache
+
+        assert remote is not None
+        return RemoteSpawnCache(
+            remote,
+            cas,
+            action_cache,
+            accept_cached=options.remote_accept_cached,
+            upload_local_results=options.remote_upload_local_results,
+            warn=reporting.warn,
+        )
+
+    def ray_spawner(cas: ContentStore) -> RemoteSpawner:
+        assert remote is not None  # remote_execution() insists on --remote_cache
+        return _ray_spawner(options, remote_execution, cas, status.print)
+
+    try:
+        with open_executor(
+            session.workspace.root,
+            session.output_base,
+            disk_cache,
+            exec_options,
+            placement=remote_execution.policy,
+            remote=remote_spawn_cache if remote is not None else None,
+            remote_spawner=ray_spawner if remote_execution.cluster is not None else None,
+            reporting=reporting,
+        ) as executor:
             reporters: list[Reporter] = [status]
             reporters += [r for r in (reports.events, reports.profile) if r is not None]
             if reports.events:
@@ -93,8 +105,8 @@ def execute_graph(
                 reserved=remote_execution.policy.reserved,
             )
             result = scheduler.run()
-        finally:
-            status.close()
+    finally:
+        status.close()
     seconds = time.monotonic() - start
     if reports.events:
         reports.events.emit(

@@ -30,7 +30,9 @@ from kiln.cache.action_cache import ActionResult
 from kiln.cache.cas import BlobMismatch, ContentStore
 from kiln.cache.digest import Digest
 from kiln.cache.remote import RemoteCache, RemoteError
+from kiln.exec.outcome import Source
 from kiln.exec.remote_spawn import RemoteSpawn, RemoteSpawnResult
+from kiln.exec.spawn import SpawnResult
 from kiln.remote_exec.cluster import Cluster, ClusterUnreachable, TaskLost
 from kiln.remote_exec.protocol import CacheConfig, RemoteTask, TaskInput, TaskResult, TaskWheel
 from kiln.remote_exec.routing import Route, infeasible, route
@@ -71,20 +73,20 @@ class RaySpawner:
 
     def spawn_remote(self, spawn: RemoteSpawn) -> RemoteSpawnResult:
         if self._cancelled:
-            return RemoteSpawnResult(None, -1, crashed=True, message="interrupted")
+            return RemoteSpawnResult.failed("interrupted", crashed=True)
         needed = route(spawn.action)
         try:
             why = infeasible(needed, self.cluster.nodes())
             if why is not None:  # a node may have joined since: ask once more
                 why = infeasible(needed, self.cluster.nodes(refresh=True))
         except ClusterUnreachable as error:
-            return RemoteSpawnResult(None, -1, message=error.message, unreachable=True)
+            return RemoteSpawnResult.failed(error.message, unreachable=True)
         if why is not None:
-            return RemoteSpawnResult(None, -1, message=why)
+            return RemoteSpawnResult.failed(why)
         try:
             self._upload_inputs(spawn)
         except RemoteError as error:
-            return RemoteSpawnResult(None, -1, message=f"cannot upload its inputs: {error.message}")
+            return RemoteSpawnResult.failed(f"cannot upload its inputs: {error.message}")
         task = RemoteTask(
             spawn.action,
             spawn.key,
@@ -100,11 +102,11 @@ class RaySpawner:
         try:
             ended = self._run(task, needed, spawn.give_up)
         except ClusterUnreachable as error:
-            return RemoteSpawnResult(None, -1, message=error.message, unreachable=True)
+            return RemoteSpawnResult.failed(error.message, unreachable=True)
         except TaskLost as lost:
-            return RemoteSpawnResult(None, -1, crashed=True, message=f"remote task lost: {lost}")
+            return RemoteSpawnResult.failed(f"remote task lost: {lost}", crashed=True)
         if isinstance(ended, str):
-            return RemoteSpawnResult(None, -1, message=ended)
+            return RemoteSpawnResult.failed(ended)
         return self._bring_back(ended)
 
     def _run(
@@ -158,26 +160,27 @@ class RaySpawner:
             self._report(f"{ended.node}: {note}")
         if ended.result is None:
             message = ended.message or f"exited with code {ended.exit_code}"
-            return RemoteSpawnResult(
-                None,
+            run = SpawnResult(
                 ended.exit_code,
                 ended.seconds,
+                Source.RAN_REMOTELY,
                 ended.node,
                 ended.crashed,
                 message,
-                ended.output,
             )
+            return RemoteSpawnResult(run, output=ended.output)
         try:
             self._download(ended.result)
         except BlobMismatch as error:
             message = f"an output from the remote cache does not match its digest: {error.message}"
-            return RemoteSpawnResult(None, -1, ended.seconds, ended.node, message=message)
+            return RemoteSpawnResult.failed(message, seconds=ended.seconds, lane=ended.node)
         except RemoteError as error:
             message = f"cannot download its outputs: {error.message}"
-            return RemoteSpawnResult(None, -1, ended.seconds, ended.node, message=message)
+            return RemoteSpawnResult.failed(message, seconds=ended.seconds, lane=ended.node)
         with self._lock:
             self._in_remote.update(d for d, _ in ended.result.digests())
-        return RemoteSpawnResult(ended.result, 0, ended.seconds, ended.node, printed=ended.printed)
+        run = SpawnResult(0, ended.seconds, Source.RAN_REMOTELY, ended.node)
+        return RemoteSpawnResult(run, ended.result, printed=ended.printed)
 
     def _download(self, result: ActionResult) -> None:
         """Every blob of the result into this CAS, verified as it is written."""
