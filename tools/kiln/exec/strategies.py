@@ -191,9 +191,9 @@ def _run_here(
 class LocalStrategy:
     """A plain process here; a Python action stays out of persistent workers."""
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, spawner: Spawner | None = None) -> None:
         self.host = host
-        self._spawner: Spawner | None = None
+        self._spawner = spawner  # made at first use when not given (a test gives a fake)
 
     def spawner(self) -> Spawner:
         with self.host.lock:
@@ -370,9 +370,12 @@ class DynamicStrategy:
     """--spawn_strategy=dynamic, as Bazel's: here and remotely at once; the first success
     is stored, and the other run is killed (here) or cancelled (remotely)."""
 
-    def __init__(self, host: Host, remote: RemoteStrategy) -> None:
+    def __init__(
+        self, host: Host, remote: RemoteStrategy, racer: Callable[[], Spawner] | None = None
+    ) -> None:
         self.host = host
         self.remote = remote
+        self._racer = racer  # each race's local spawner; a LocalSpawner when not given
         self._racing: set[Spawner] = set()  # each race's own local spawner, for Ctrl-C
 
     def run(self, work: Work) -> Ran:
@@ -388,8 +391,12 @@ class DynamicStrategy:
                 return winner == [branch]
 
         # Its own spawner, and sandbox, so that killing it kills only this run.
-        private = self.host.sandboxing.private()
-        here = LocalSpawner(self.host.settings.python, private)
+        private = None
+        if self._racer is not None:
+            here = self._racer()
+        else:
+            private = self.host.sandboxing.private()
+            here = LocalSpawner(self.host.settings.python, private)
         with self.host.lock:
             self._racing.add(here)
         self.host.started(here)  # Ctrl-C came before `here` was known to cancel_all()
@@ -475,13 +482,16 @@ def make_strategies(
     remote_spawner: RemoteSpawner | None = None,
     remote_local_fallback: bool = False,
     report: Callable[[str], None] = lambda text: None,
+    local_spawner: Spawner | None = None,
+    racer: Callable[[], Spawner] | None = None,
 ) -> Strategies:
     """local and worker always; remote and dynamic with a remote executor (without one the
     placement policy never picks them). `flavour` (--strategy=local|worker) runs what
-    falls back from the cluster."""
+    falls back from the cluster. `local_spawner` and `racer` (the dynamic strategy's
+    local spawners) are made as needed when not given: tests give fakes."""
     execroots = Execroots(output_base.execroot, workspace_root, cas)
     host = Host(output_base, cas, execroots, sandboxing, settings, report)
-    local = LocalStrategy(host)
+    local = LocalStrategy(host, local_spawner)
     worker = WorkerStrategy(host, local)
     here: dict[str, Strategy] = {"local": local, "worker": worker}  # by flavour
     by_placement: dict[Placement, Strategy] = {"local": local, "worker": worker}
@@ -503,7 +513,7 @@ def make_strategies(
             fallback,
         )
         by_placement["remote"] = remote
-        by_placement["dynamic"] = DynamicStrategy(host, remote)
+        by_placement["dynamic"] = DynamicStrategy(host, remote, racer)
     else:
         # No remote executor: placement never says remote or dynamic, but a policy that
         # does (a test's) gets the local flavour, as the executor always did.
