@@ -201,7 +201,10 @@ def test_a_failing_command_fails_with_its_exit_code_and_output_and_stores_nothin
 ) -> None:
     outcome = build.executor.execute(_action("fail"), "l")
     assert outcome.failure is not None
-    assert (outcome.failure.message, outcome.failure.output) == ("exited with code 1", "said\nboom\n")
+    assert (outcome.failure.message, outcome.failure.output) == (
+        "exited with code 1",
+        "said\nboom\n",
+    )
     assert outcome.source is Source.RAN_LOCALLY
     assert build.executor.action_cache.get(outcome.key) is None
     assert not (build.root / "kiln-out/app/out.txt").exists()

@@ -23,7 +23,7 @@ from kiln.cache.action_cache import ActionResult, OutputFile
 from kiln.cache.cas import ContentStore
 from kiln.cache.digest import Digest
 from kiln.exec.outcome import Failure, Source
-from kiln.exec.spawn import Spawner, SpawnRequest
+from kiln.exec.spawn import Spawner, SpawnRequest, SpawnResult
 
 # What kiln.actions.spec reads to print a failing action's traceback.
 VERBOSE_FAILURES_ENV = "KILN_VERBOSE_FAILURES"
@@ -83,6 +83,7 @@ class Ran:
     result: ActionResult | None = None
     failure: Failure | None = None
     printed: str = ""  # stdout of a success ("INFO: From ...")
+    ended: SpawnResult | None = None  # how the command ended, if it ran
 
 
 def run_in_execroot(
@@ -129,15 +130,15 @@ def run_in_execroot(
                 f"modified its input {modified[0]}{source} (inputs are read-only; write "
                 "to a declared output instead)"
             )
-            return Ran(run.source, lane, failure=Failure(message))
+            return Ran(run.source, lane, failure=Failure(message), ended=run)
         if machine.interrupted():
-            return Ran(None, lane, failure=Failure("interrupted"))
+            return Ran(None, lane, failure=Failure("interrupted"), ended=run)
         text = files.read_text(stdout) + files.read_text(stderr)
         if not run.succeeded:
             message = run.failure_message + files.full_disk_note(root)
-            return Ran(run.source, lane, failure=Failure(message, text))
+            return Ran(run.source, lane, failure=Failure(message, text), ended=run)
         if claim is not None and not claim():
-            return Ran(None, lane, failure=Failure("the remote run finished first"))
+            return Ran(None, lane, failure=Failure("the remote run finished first"), ended=run)
         missing = files.missing_outputs(root, action)
         if missing:
             message = (
@@ -145,15 +146,15 @@ def run_in_execroot(
                 + ("s " if len(missing) > 1 else " ")
                 + ", ".join(missing)
             )
-            return Ran(run.source, lane, failure=Failure(message, text))
+            return Ran(run.source, lane, failure=Failure(message, text), ended=run)
         try:
             result = _store(machine.cas, action, root, run.seconds, job.worker or lane)
         except OSError as error:
             message = f"cannot store its outputs in the disk cache: {os_error(error)}"
-            return Ran(run.source, lane, failure=Failure(message, text))
+            return Ran(run.source, lane, failure=Failure(message, text), ended=run)
         if machine.interrupted():  # Ctrl-C arrived while storing: record nothing
-            return Ran(None, lane, failure=Failure("interrupted"))
-        return Ran(run.source, lane, result, printed=files.read_text(stdout))
+            return Ran(None, lane, failure=Failure("interrupted"), ended=run)
+        return Ran(run.source, lane, result, printed=files.read_text(stdout), ended=run)
     finally:
         machine.execroots.release(root)
 
