@@ -280,7 +280,8 @@ def test_a_worker_killed_mid_action_is_retried_and_leaves_nothing_running(
         ''')
         """,
     )
-    process = driver.start("//:slow", "--spawn_strategy=remote")
+    # The marker lies outside the execroot, where only an unsandboxed command writes.
+    process = driver.start("//:slow", "--spawn_strategy=remote", "--nosandbox")
     start = time.monotonic()
     supervisor, shell = _wait_for_pids(marker, process)
     # The Ray worker running the action dies (every worker of both nodes: one of them).
@@ -310,7 +311,8 @@ def test_ctrl_c_cancels_remote_tasks_and_caches_nothing(
                 cmd = 'echo "$$PPID $$$$" > {marker}; sleep 120; echo late > $@')
         """,
     )
-    process = driver.start("//:long", "--spawn_strategy=remote")
+    # The marker lies outside the execroot, where only an unsandboxed command writes.
+    process = driver.start("//:long", "--spawn_strategy=remote", "--nosandbox")
     supervisor, shell = _wait_for_pids(marker, process)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)

@@ -405,6 +405,7 @@ def host_settings(options: ExecOptions) -> HostSettings:
         pip_find_links=options.pip_find_links,
         worker_max_instances=options.worker_max_instances,
         worker_preload=options.worker_preload,
+        sandbox=options.sandbox,
     )
 
 

@@ -58,6 +58,8 @@ class RemoteSpawn:
     # An action with third-party packages (python_env): the wheels its environment
     # installs, those the toolchain does not provide.
     wheels: tuple[RemoteWheel, ...] = ()
+    # --sandbox: the node runs the command in a sandbox where its kernel allows, as here.
+    sandbox: bool = True
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,7 @@ class HostSettings:
     pip_find_links: tuple[str, ...]
     worker_max_instances: int
     worker_preload: tuple[str, ...]
+    sandbox: bool = True  # --sandbox, which travels to remote nodes too
 
 
 class _DriverExecroots:
@@ -318,7 +319,15 @@ class RemoteStrategy:
         except KilnError as error:
             return Ran(None, lane, failure=Failure(error.format()))
         ran = self.spawner.spawn_remote(
-            RemoteSpawn(action, work.key, inputs, self.settings.timeout, give_up, wheels)
+            RemoteSpawn(
+                action,
+                work.key,
+                inputs,
+                self.settings.timeout,
+                give_up,
+                wheels,
+                self.settings.sandbox,
+            )
         )
         lane = ran.ended.lane or lane
         if self.interrupted:

@@ -141,7 +141,7 @@ def _run_in(
     inputs = {item.path: Digest(item.hash, item.size) for item in task.inputs}
     executable = {item.path for item in task.inputs if item.executable}
     job = Job(action, argv, inputs, executable, task.timeout, env, node, node)
-    machine = _machine_for(worker_root())
+    machine = _machine_for(worker_root(), task.sandbox)
     execroots = _OneExecroot(execroot, cas)
     place = Machine(cas, execroots, machine.sandboxing.torch_tmp, forget=execroots.forget)
     try:
@@ -195,9 +195,9 @@ class _NodeMachine:
     workers of Python actions (torch imported once). Its processes hold lifelines to
     this one: they end with it, however it ends."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, sandbox: bool) -> None:
         self.sandboxing = Sandboxing(
-            True,
+            sandbox,
             sys.executable,
             workspace=root / "execroot",
             hidden=(root,),
@@ -232,15 +232,15 @@ class _NodeMachine:
         self.sandboxing.close()
 
 
-_machines: dict[Path, _NodeMachine] = {}
+_machines: dict[tuple[Path, bool], _NodeMachine] = {}
 _machines_lock = threading.Lock()
 
 
-def _machine_for(root: Path) -> _NodeMachine:
+def _machine_for(root: Path, sandbox: bool) -> _NodeMachine:
     with _machines_lock:
-        machine = _machines.get(root)
+        machine = _machines.get((root, sandbox))
         if machine is None:
-            machine = _machines[root] = _NodeMachine(root)
+            machine = _machines[root, sandbox] = _NodeMachine(root, sandbox)
         return machine
 
 

@@ -52,6 +52,7 @@ class RemoteTask:
     # The wheels of the action's third-party packages, for an action with a python_env;
     # the node makes the environment from these alone (node_env.py).
     wheels: tuple[TaskWheel, ...] = ()
+    sandbox: bool = True  # --sandbox: the node sandboxes the command where it can
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,7 @@ class RaySpawner:
             self.cache_config,
             spawn.timeout,
             tuple(TaskWheel(w.file_name, w.digest.hash, w.digest.size) for w in spawn.wheels),
+            spawn.sandbox,
         )
         try:
             ended = self._run(task, needed, spawn.give_up)
