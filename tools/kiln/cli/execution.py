@@ -9,10 +9,9 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from kiln.action_graph import ActionGraph
-from kiln.cli.build_options import BuildOptions, parse_size, remote_cache_client
+from kiln.cli.build_options import BuildOptions, parse_size
 from kiln.cli.remote_execution import RemoteExecution
 from kiln.cli.reports import FanOut, Reports
 from kiln.cli.session import Session
@@ -20,10 +19,6 @@ from kiln.cli.status import StatusPrinter
 from kiln.exec.executor import ExecOptions, open_executor
 from kiln.exec.scheduler import Limits, Reporter, Scheduler, ScheduleResult
 from kiln.layout import DiskCache, cache_home
-
-if TYPE_CHECKING:
-    from kiln.cache.cas import ContentStore
-    from kiln.exec.remote_spawn import RemoteSpawner
 
 
 def execute_graph(
@@ -40,7 +35,7 @@ def execute_graph(
         (options.disk_cache or cache_home()).expanduser().resolve(), options.digest_function
     )
     disk_cache.create()
-    remote = remote_cache_client(options)  # None without --remote_cache
+    remote = remote_execution.store  # None without --remote_cache
     exec_options = ExecOptions(
         digest_function=options.digest_function,
         strategy="worker" if options.local_strategy == "worker" else "local",
@@ -74,10 +69,12 @@ def execute_graph(
                     warn=lambda message: status.print(f"WARNING: {message}"),
                 )
             executor.placement = remote_execution.policy
-            if remote_execution.cluster is not None:
-                assert remote is not None  # remote_execution() insists on --remote_cache
-                executor.remote_spawner = _ray_spawner(
-                    options, remote_execution, executor.cas, status.print
+            if remote_execution.executor is not None:  # it moves blobs through `remote`
+                executor.remote_spawner = remote_execution.executor.spawner(
+                    executor.cas,
+                    digest_function=options.digest_function,
+                    warn=lambda message: status.print(f"WARNING: {message}"),
+                    report=lambda text: status.print(f"INFO: {text}"),
                 )
             reporters: list[Reporter] = [status]
             reporters += [r for r in (reports.events, reports.profile) if r is not None]
@@ -107,35 +104,3 @@ def execute_graph(
 
         collect(disk_cache.root, parse_size(options.disk_cache_max_size))
     return result, seconds
-
-
-def _ray_spawner(
-    options: BuildOptions,
-    remote_execution: RemoteExecution,
-    cas: ContentStore,
-    echo: Callable[[str], None],
-) -> RemoteSpawner:
-    """The Ray spawner, with a remote-cache client of its own (uploads, downloads)."""
-    from kiln.cache.remote import parse_header
-    from kiln.remote_exec.protocol import CacheConfig
-    from kiln.remote_exec.spawner import RaySpawner
-
-    assert remote_execution.cluster is not None and options.remote_cache
-    client = remote_cache_client(options)
-    assert client is not None
-    config = CacheConfig(
-        options.remote_cache,
-        tuple(parse_header(text) for text in options.remote_header),
-        options.remote_timeout,
-        options.remote_instance_name,
-    )
-    return RaySpawner(
-        remote_execution.cluster,
-        client,
-        cas,
-        config,
-        digest_function=options.digest_function,
-        retries=options.remote_retries,
-        warn=lambda message: echo(f"WARNING: {message}"),
-        report=lambda text: echo(f"INFO: {text}"),
-    )

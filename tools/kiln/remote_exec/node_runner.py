@@ -37,19 +37,21 @@ from kiln.action_graph import Action
 from kiln.cache.action_cache import ActionResult, OutputFile
 from kiln.cache.cas import BlobMismatch, ContentStore
 from kiln.cache.digest import Digest
-from kiln.cache.remote import RemoteCache, RemoteError
+from kiln.cache.remote_store import RemoteError, RemoteStore
 from kiln.exec import execroot_files as files
 from kiln.exec.execroot import delete
 from kiln.exec.platform_match import actions_module, describe, mismatches
 from kiln.layout import DiskCache, cache_home
+from kiln.remote.options import RemoteOptions
+from kiln.remote.stores import open_store
 from kiln.remote_exec import node_env, supervisor
 from kiln.remote_exec.facts import this_node
-from kiln.remote_exec.protocol import CacheConfig, RemoteTask, TaskInput, TaskResult
+from kiln.remote_exec.protocol import RemoteTask, TaskInput, TaskResult
 
 ROOT_ENV = "KILN_WORKER_ROOT"
 _counter = itertools.count()
-_clients: dict[CacheConfig, RemoteCache] = {}
-_clients_lock = threading.Lock()
+_stores: dict[RemoteOptions, RemoteStore] = {}
+_stores_lock = threading.Lock()
 
 
 def worker_root() -> Path:
@@ -84,7 +86,7 @@ def run_task(task: RemoteTask) -> TaskResult:
     cache = DiskCache.at(root / "cache", task.digest_function)
     cache.create()
     cas = ContentStore(cache.root, task.digest_function)
-    remote = _client(task.cache)
+    remote = store_for(task.remote)
     try:
         _fetch_inputs(task.inputs, cas, remote)
     except BlobMismatch as error:
@@ -116,7 +118,7 @@ def _run_in(
     execroot: Path,
     task: RemoteTask,
     cas: ContentStore,
-    remote: RemoteCache,
+    remote: RemoteStore,
     node: str,
     python: str,
 ) -> TaskResult:
@@ -174,21 +176,19 @@ def _run_in(
     return TaskResult(node, 0, ended.seconds, printed=files.read_text(stdout), result=result)
 
 
-def _client(config: CacheConfig) -> RemoteCache:
-    """One kept-alive client per remote cache, for every task this Ray worker runs."""
-    with _clients_lock:
-        client = _clients.get(config)
-        if client is None:
-            client = _clients[config] = RemoteCache(
-                config.url,
-                headers=config.headers,
-                timeout=config.timeout,
-                instance_name=config.instance_name,
-            )
-        return client
+def store_for(options: RemoteOptions) -> RemoteStore:
+    """One kept-alive store client per options record, for every task this Ray worker
+    runs: opened as the driver opened its own (headers, timeout, minimum rate)."""
+    with _stores_lock:
+        store = _stores.get(options)
+        if store is None:
+            opened = open_store(options)
+            assert opened is not None, "the driver sends remote tasks only with --remote_cache"
+            store = _stores[options] = opened
+        return store
 
 
-def _fetch_inputs(inputs: tuple[TaskInput, ...], cas: ContentStore, remote: RemoteCache) -> None:
+def _fetch_inputs(inputs: tuple[TaskInput, ...], cas: ContentStore, remote: RemoteStore) -> None:
     """Every input blob into this node's CAS: what it has already is never fetched again."""
     downloads = []
     for item in inputs:
@@ -218,7 +218,7 @@ def _make_execroot(
         cas.materialize(Digest(item.hash, item.size), root / item.path, item.executable)
 
 
-def _upload(result: ActionResult, key: str, cas: ContentStore, remote: RemoteCache) -> None:
+def _upload(result: ActionResult, key: str, cas: ContentStore, remote: RemoteStore) -> None:
     """The result's blobs the remote cache lacks, then the entry (bazel-remote's order)."""
     variant: dict[Digest, bool] = {}
     for digest, executable in result.digests():
