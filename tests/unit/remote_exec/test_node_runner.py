@@ -99,3 +99,20 @@ def test_an_action_whose_fingerprint_is_not_this_nodes_is_refused_naming_both(
     assert "its toolchain does not match the action's key" in ended.message
     assert "python '2.7.18' (this machine: '3." in ended.message
     assert not _entry(nginx, task).exists()
+
+
+def test_a_nodes_store_is_opened_from_the_drivers_options_once_per_record() -> None:
+    options = RemoteOptions(
+        "http://cache:8080/",
+        remote_header=("X-Team=ml",),
+        remote_timeout=5.0,
+        remote_min_rate=12345,
+        remote_instance_name="node-test",
+    )
+    store = node_runner.store_for(options)
+    assert isinstance(store, RemoteCache)
+    # --remote_min_rate reaches the node (CacheConfig dropped it), with the rest
+    assert (store.min_rate, store.timeout) == (12345, 5.0)
+    assert ("X-Team", "ml") in store._headers
+    assert node_runner.store_for(options) is store  # kept alive for every task
+    assert node_runner.store_for(RemoteOptions("http://cache:8080/")) is not store
