@@ -13,8 +13,9 @@ import pytest
 from kiln.action_graph import PYTHON_INTERPRETER, Action, File
 from kiln.cache.digest import Digest, digest_bytes
 from kiln.cache.remote import RemoteCache
+from kiln.remote.options import RemoteOptions
 from kiln.remote_exec import node_runner
-from kiln.remote_exec.protocol import CacheConfig, RemoteTask, TaskInput, TaskResult
+from kiln.remote_exec.protocol import RemoteTask, TaskInput, TaskResult
 
 from tests.nginx_cache import NginxCache
 
@@ -27,8 +28,8 @@ def _task(
     source = tmp_path / "in.txt"
     source.write_bytes(data)
     digest = digest_bytes(data, "sha256")
-    config = CacheConfig(nginx.url, instance_name=tmp_path.name)
-    with RemoteCache(config.url, instance_name=config.instance_name) as remote:
+    config = RemoteOptions(nginx.url, remote_instance_name=tmp_path.name)
+    with RemoteCache(nginx.url, instance_name=tmp_path.name) as remote:
         remote.upload_file(digest, source)
     action = Action(
         owner="//p:t",
@@ -44,7 +45,7 @@ def _task(
 
 
 def _entry(nginx: NginxCache, task: RemoteTask) -> Path:
-    return nginx.root / task.cache.instance_name / "ac" / KEY
+    return nginx.root / task.remote.remote_instance_name / "ac" / KEY
 
 
 def test_it_runs_the_action_and_stores_blobs_before_the_entry(
@@ -56,9 +57,9 @@ def test_it_runs_the_action_and_stores_blobs_before_the_entry(
     assert ended.printed == "kiln-out\np\n"  # only the declared input is there
     (output,) = ended.result.output_files
     assert output.path == "kiln-out/p/out.txt"
-    assert (nginx.root / task.cache.instance_name / "cas" / output.digest.hash).read_bytes() == (
-        b"HELLO\n"
-    )
+    assert (
+        nginx.root / task.remote.remote_instance_name / "cas" / output.digest.hash
+    ).read_bytes() == (b"HELLO\n")
     assert _entry(nginx, task).exists()
     assert not list((node / "execroot").iterdir())  # its execroot is gone
 
@@ -68,7 +69,7 @@ def test_an_input_the_node_has_is_not_fetched_again(
 ) -> None:
     task, digest = _task(nginx, tmp_path, "cp p/in.txt kiln-out/p/out.txt")
     assert node_runner.run_task(task).result is not None
-    (nginx.root / task.cache.instance_name / "cas" / digest.hash).unlink()
+    (nginx.root / task.remote.remote_instance_name / "cas" / digest.hash).unlink()
     again = node_runner.run_task(task)  # the remote lost it; the node's CAS still has it
     assert again.result is not None, again
 
@@ -77,7 +78,7 @@ def test_a_damaged_input_is_refused_and_nothing_is_stored(
     nginx: NginxCache, tmp_path: Path, node: Path
 ) -> None:
     task, digest = _task(nginx, tmp_path, "cp p/in.txt kiln-out/p/out.txt", b"exact\n")
-    blob = nginx.root / task.cache.instance_name / "cas" / digest.hash
+    blob = nginx.root / task.remote.remote_instance_name / "cas" / digest.hash
     blob.write_bytes(b"EVIL!\n")
     ended = node_runner.run_task(task)
     assert ended.result is None and "damaged" in ended.message
@@ -115,8 +116,8 @@ def _python_task(nginx: NginxCache, tmp_path: Path, name: str, body: str) -> Rem
     source = tmp_path / f"{name}.py"
     source.write_text(body)
     digest = digest_bytes(body.encode(), "sha256")
-    config = CacheConfig(nginx.url, instance_name=tmp_path.name)
-    with RemoteCache(config.url, instance_name=config.instance_name) as remote:
+    config = RemoteOptions(nginx.url, remote_instance_name=tmp_path.name)
+    with RemoteCache(nginx.url, instance_name=tmp_path.name) as remote:
         remote.upload_file(digest, source)
     action = Action(
         owner=f"//p:{name}",

@@ -13,8 +13,8 @@ import click
 from kiln.errors import KilnError
 
 if TYPE_CHECKING:
-    from kiln.cache.remote import RemoteCache
     from kiln.exec.placement import Placement
+    from kiln.remote.options import RemoteOptions
 
 _SIZE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
@@ -30,26 +30,19 @@ def parse_size(text: str) -> int:
         raise KilnError(f"invalid size '{text}'", hint="write e.g. 10G, 512M or 1000000") from None
 
 
-def remote_cache_client(options: BuildOptions) -> RemoteCache | None:
-    """The --remote_cache client the --remote_* flags describe; KilnError on a bad flag."""
-    if not options.remote_cache:
-        return None
-    from kiln.cache.remote import RemoteCache, parse_header
+def remote_options(options: BuildOptions) -> RemoteOptions:
+    """What the remote backends read of the flags (until the flag table makes it)."""
+    from kiln.remote.options import RemoteOptions
 
-    try:
-        headers = [parse_header(text) for text in options.remote_header]
-        return RemoteCache(
-            options.remote_cache,
-            headers=headers,
-            timeout=options.remote_timeout,
-            instance_name=options.remote_instance_name,
-            min_rate=parse_size(options.remote_min_rate),
-        )
-    except ValueError as e:
-        raise KilnError(
-            f"invalid --remote_* option: {e}",
-            hint="--remote_cache=http(s)://host:port[/prefix] --remote_header=Name=Value",
-        ) from None
+    return RemoteOptions(
+        remote_cache=options.remote_cache,
+        remote_executor=options.remote_executor,
+        remote_header=options.remote_header,
+        remote_timeout=options.remote_timeout,
+        remote_min_rate=parse_size(options.remote_min_rate),
+        remote_instance_name=options.remote_instance_name,
+        remote_retries=options.remote_retries,
+    )
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kiln.action_graph import ActionGraph
-from kiln.cli.build_options import BuildOptions, parse_size, remote_cache_client
+from kiln.cli.build_options import BuildOptions, parse_size
 from kiln.cli.remote_execution import RemoteExecution
 from kiln.cli.reports import FanOut, Reports
 from kiln.cli.session import Session
@@ -42,7 +42,7 @@ def execute_graph(
         (options.disk_cache or cache_home()).expanduser().resolve(), options.digest_function
     )
     disk_cache.create()
-    remote = remote_cache_client(options)  # None without --remote_cache
+    remote = remote_execution.store  # None without --remote_cache: one client per build
     exec_options = ExecOptions(
         digest_function=options.digest_function,
         strategy="worker" if options.local_strategy == "worker" else "local",
@@ -76,9 +76,14 @@ def execute_graph(
             warn=reporting.warn,
         )
 
-    def ray_spawner(cas: ContentStore) -> RemoteSpawner:
-        assert remote is not None  # remote_execution() insists on --remote_cache
-        return _ray_spawner(options, remote_execution, cas, status.print)
+    def remote_spawner(cas: ContentStore) -> RemoteSpawner:
+        assert remote_execution.executor is not None  # it moves blobs through `remote`
+        return remote_execution.executor.spawner(
+            cas,
+            digest_function=options.digest_function,
+            warn=reporting.warn,
+            report=reporting.report,
+        )
 
     try:
         with open_executor(
@@ -88,7 +93,7 @@ def execute_graph(
             exec_options,
             placement=remote_execution.policy,
             remote=remote_spawn_cache if remote is not None else None,
-            remote_spawner=ray_spawner if remote_execution.cluster is not None else None,
+            remote_spawner=remote_spawner if remote_execution.executor is not None else None,
             reporting=reporting,
         ) as executor:
             reporters: list[Reporter] = [status]
@@ -119,35 +124,3 @@ def execute_graph(
 
         collect(disk_cache.root, parse_size(options.disk_cache_max_size))
     return result, seconds
-
-
-def _ray_spawner(
-    options: BuildOptions,
-    remote_execution: RemoteExecution,
-    cas: ContentStore,
-    echo: Callable[[str], None],
-) -> RemoteSpawner:
-    """The Ray spawner, with a remote-cache client of its own (uploads, downloads)."""
-    from kiln.cache.remote import parse_header
-    from kiln.remote_exec.protocol import CacheConfig
-    from kiln.remote_exec.spawner import RaySpawner
-
-    assert remote_execution.cluster is not None and options.remote_cache
-    client = remote_cache_client(options)
-    assert client is not None
-    config = CacheConfig(
-        options.remote_cache,
-        tuple(parse_header(text) for text in options.remote_header),
-        options.remote_timeout,
-        options.remote_instance_name,
-    )
-    return RaySpawner(
-        remote_execution.cluster,
-        client,
-        cas,
-        config,
-        digest_function=options.digest_function,
-        retries=options.remote_retries,
-        warn=lambda message: echo(f"WARNING: {message}"),
-        report=lambda text: echo(f"INFO: {text}"),
-    )

@@ -100,19 +100,17 @@ def _cluster(remote_executor: str | None, timeout: float) -> int:
             "kiln info cluster needs --remote_executor",
             hint="pass --remote_executor=ray://HOST:PORT, or set it on a build line of .kilnrc",
         )
-    from kiln.remote_exec.address import RayAddress
-    from kiln.remote_exec.cluster import Cluster, ClusterUnreachable
-    from kiln.remote_exec.describe import describe_cluster
+    from kiln.remote.backends import open_executor
+    from kiln.remote.executor import ExecutorUnreachable
+    from kiln.remote.options import RemoteOptions
 
+    options = RemoteOptions(remote_executor=remote_executor, remote_timeout=timeout)
+    executor = open_executor(options, store=None)
+    assert executor is not None  # the flag is given
     try:
-        address = RayAddress.parse(remote_executor)
-    except ValueError as error:
-        raise KilnError(f"invalid --remote_executor: {error}") from None
-    cluster = Cluster(address, timeout=timeout)
-    try:
-        describe_cluster(cluster, click.echo)
-    except ClusterUnreachable as error:
+        executor.describe(click.echo)
+    except ExecutorUnreachable as error:
         raise KilnError(error.message, hint="start the cluster, or check the address") from None
     finally:
-        cluster.close()
+        executor.close()
     return 0

@@ -43,7 +43,7 @@ from kiln.action_graph import Action
 from kiln.cache.action_cache import ActionResult
 from kiln.cache.cas import BlobMismatch, ContentStore
 from kiln.cache.digest import Digest
-from kiln.cache.remote import RemoteCache, RemoteError
+from kiln.cache.remote_store import RemoteError, RemoteStore
 from kiln.exec.execroot import delete
 from kiln.exec.platform_match import describe, mismatches
 from kiln.exec.run_in_execroot import Job, Machine, RunFailed, run_in_execroot
@@ -51,9 +51,11 @@ from kiln.exec.sandboxing import Sandboxing
 from kiln.exec.spawn import Spawner
 from kiln.exec.worker_spawner import WorkerSpawner
 from kiln.layout import DiskCache, OutputBase, cache_home
+from kiln.remote.options import RemoteOptions
+from kiln.remote.stores import open_store
 from kiln.remote_exec import node_env
 from kiln.remote_exec.facts import this_node
-from kiln.remote_exec.protocol import CacheConfig, RemoteTask, TaskInput, TaskResult
+from kiln.remote_exec.protocol import RemoteTask, TaskInput, TaskResult
 from kiln.remote_exec.supervisor import SupervisorSpawner
 
 ROOT_ENV = "KILN_WORKER_ROOT"
@@ -61,8 +63,8 @@ ROOT_ENV = "KILN_WORKER_ROOT"
 WORKERS_PER_NODE = 2
 WORKER_PRELOAD = ("torch", "torch._inductor", "kiln.action_specs")
 _counter = itertools.count()
-_clients: dict[CacheConfig, RemoteCache] = {}
-_clients_lock = threading.Lock()
+_stores: dict[RemoteOptions, RemoteStore] = {}
+_stores_lock = threading.Lock()
 
 
 def worker_root() -> Path:
@@ -97,7 +99,7 @@ def run_task(task: RemoteTask) -> TaskResult:
     cache = DiskCache.at(root / "cache", task.digest_function)
     cache.create()
     cas = ContentStore(cache.root, task.digest_function)
-    remote = _client(task.cache)
+    remote = store_for(task.remote)
     try:
         _fetch_inputs(task.inputs, cas, remote)
     except BlobMismatch as error:
@@ -126,7 +128,7 @@ def _run_in(
     execroot: Path,
     task: RemoteTask,
     cas: ContentStore,
-    remote: RemoteCache,
+    remote: RemoteStore,
     node: str,
     python: str,
 ) -> TaskResult:
@@ -254,21 +256,19 @@ def close_machines() -> None:
         machine.close()
 
 
-def _client(config: CacheConfig) -> RemoteCache:
-    """One kept-alive client per remote cache, for every task this Ray worker runs."""
-    with _clients_lock:
-        client = _clients.get(config)
-        if client is None:
-            client = _clients[config] = RemoteCache(
-                config.url,
-                headers=config.headers,
-                timeout=config.timeout,
-                instance_name=config.instance_name,
-            )
-        return client
+def store_for(options: RemoteOptions) -> RemoteStore:
+    """One kept-alive store client per options record, for every task this Ray worker
+    runs: opened as the driver opened its own (headers, timeout, minimum rate)."""
+    with _stores_lock:
+        store = _stores.get(options)
+        if store is None:
+            opened = open_store(options)
+            assert opened is not None, "the driver sends remote tasks only with --remote_cache"
+            store = _stores[options] = opened
+        return store
 
 
-def _fetch_inputs(inputs: tuple[TaskInput, ...], cas: ContentStore, remote: RemoteCache) -> None:
+def _fetch_inputs(inputs: tuple[TaskInput, ...], cas: ContentStore, remote: RemoteStore) -> None:
     """Every input blob into this node's CAS: what it has already is never fetched again."""
     downloads = []
     for item in inputs:
@@ -302,7 +302,7 @@ def _make_execroot(
         cas.materialize(digest, root / path, path in executable)
 
 
-def _upload(result: ActionResult, key: str, cas: ContentStore, remote: RemoteCache) -> None:
+def _upload(result: ActionResult, key: str, cas: ContentStore, remote: RemoteStore) -> None:
     """The result's blobs the remote cache lacks, then the entry (bazel-remote's order)."""
     variant: dict[Digest, bool] = {}
     for digest, executable in result.digests():

@@ -29,12 +29,13 @@ from typing import TYPE_CHECKING
 from kiln.cache.action_cache import ActionResult
 from kiln.cache.cas import BlobMismatch, ContentStore
 from kiln.cache.digest import Digest
-from kiln.cache.remote import RemoteCache, RemoteError
+from kiln.cache.remote_store import RemoteError, RemoteStore
 from kiln.exec.outcome import Source
 from kiln.exec.remote_spawn import RemoteSpawn, RemoteSpawnResult
 from kiln.exec.spawn import SpawnResult
+from kiln.remote.options import RemoteOptions
 from kiln.remote_exec.cluster import Cluster, ClusterUnreachable, TaskLost
-from kiln.remote_exec.protocol import CacheConfig, RemoteTask, TaskInput, TaskResult, TaskWheel
+from kiln.remote_exec.protocol import RemoteTask, TaskInput, TaskResult, TaskWheel
 from kiln.remote_exec.routing import Route, infeasible, route
 
 if TYPE_CHECKING:
@@ -49,9 +50,9 @@ class RaySpawner:
     def __init__(
         self,
         cluster: Cluster,
-        remote: RemoteCache,
+        remote: RemoteStore,
         cas: ContentStore,
-        cache_config: CacheConfig,
+        options: RemoteOptions,
         *,
         digest_function: str,
         retries: int,
@@ -61,7 +62,7 @@ class RaySpawner:
         self.cluster = cluster
         self.remote = remote
         self.cas = cas
-        self.cache_config = cache_config
+        self.options = options  # travels to the nodes, which open their store from it
         self.digest_function = digest_function
         self.retries = retries
         self._warn = warn
@@ -95,7 +96,7 @@ class RaySpawner:
                 for path, item in sorted(spawn.inputs.items())
             ),
             self.digest_function,
-            self.cache_config,
+            self.options,
             spawn.timeout,
             tuple(TaskWheel(w.file_name, w.digest.hash, w.digest.size) for w in spawn.wheels),
             spawn.sandbox,
