@@ -31,12 +31,8 @@ def test_ray_opens_the_ray_executor_on_the_builds_store(tmp_path: Path) -> None:
     assert isinstance(executor, RayExecutor)
     assert executor.address == "ray://head:10001"
     assert executor.cluster.timeout == 3.0
-    spawner = executor.spawner(
-        ContentStore(tmp_path, "sha256"),
-        digest_function="sha256",
-        warn=lambda _: None,
-        report=lambda _: None,
-    )
+    cas = ContentStore(tmp_path, "sha256")
+    spawner = executor.spawner(cas, digest_function="sha256", warn=print, report=print)
     assert isinstance(spawner, RaySpawner)
     assert spawner.remote is store  # one store client: the spawner's is the build's
     assert spawner.options is options  # what travels to the nodes

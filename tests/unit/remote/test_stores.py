@@ -37,9 +37,8 @@ def test_an_unknown_scheme_names_the_flag_the_value_and_what_kiln_opens() -> Non
         "invalid --remote_cache 'grpc://cache:9092': unknown scheme 'grpc://' "
         "(kiln opens http://, https://)"
     )
-    assert (
-        raised.value.hint == "write --remote_cache=http://HOST:PORT[/PREFIX] (a Bazel HTTP cache)"
-    )
+    hint = "write --remote_cache=http://HOST:PORT[/PREFIX] (a Bazel HTTP cache)"
+    assert raised.value.hint == hint
 
 
 def test_an_address_without_a_scheme_says_so() -> None:
