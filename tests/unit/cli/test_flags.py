@@ -179,7 +179,7 @@ _SAMPLE = {"value": "1", "repeated": "1"}
 def test_a_common_rc_flag_reaches_exactly_the_commands_taking_it(flag: flags.Flag) -> None:
     where = Location(".kilnrc", 1)
     words = [f"--{flag.name}", *([_SAMPLE[flag.kind]] if flag.takes_value else [])]
-    lines = [rcfile.RcLine("common", None, (*words, "--nosuch"), where)]
+    lines = [rcfile.RcLine("common", None, tuple(words), where)]
     for command in COMMANDS:
         kept = [
             a.text
@@ -211,3 +211,23 @@ def test_an_option_of_another_command_names_that_command(ws: Workspace) -> None:
 @pytest.fixture
 def ws(make_workspace: MakeWorkspace) -> Workspace:
     return make_workspace({"app/BUILD": 'filegroup(name = "app")\n'})
+
+
+def test_an_rc_option_no_command_takes_is_an_error_even_on_a_common_line(ws: Workspace) -> None:
+    """It used to be dropped by every command: a typo that silently did nothing."""
+    ws.write(".kilnrc", "common --keep_going --jbos=2\n")
+    result = ws.kiln("query", "//app")
+    assert (result.code, result.err) == (
+        1,
+        f"ERROR: unknown option '--jbos' (from {ws.root / '.kilnrc'}:1): no kiln command "
+        "takes it\n  hint: did you mean '--jobs'? see 'kiln help <command>' for its options\n",
+    )
+
+
+def test_a_bare_word_after_a_switch_on_an_inherited_line_is_dropped() -> None:
+    """`--keep_going` takes no value: the word after it is none of its."""
+    where = Location(".kilnrc", 1)
+    lines = [rcfile.RcLine("common", None, ("--keep_going", "stray", "--output", "json"), where)]
+    build = [a.text for a in _drop_unknown_inherited("build", rcfile.expand("build", [], lines))]
+    query = [a.text for a in _drop_unknown_inherited("query", rcfile.expand("query", [], lines))]
+    assert (build, query) == (["--keep_going"], ["--output", "json"])

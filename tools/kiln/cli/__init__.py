@@ -180,8 +180,9 @@ def _drop_unknown_inherited(command: str, args: list[rcfile.Arg]) -> list[rcfile
     their values, as Bazel drops them: `build --jobs=2` never breaks `kiln clean`.
 
     On such a line, the word after a flag written without `=` is its value when the
-    flag table says the flag takes one (`common --output json` is one option); after
-    an option the table does not know, a word that is no option is taken for its value.
+    flag table says the flag takes one (`common --output json` is one option). An
+    option no command takes is an error wherever it is written, as in Bazel: on a
+    `common` line it would otherwise be dropped by every command, a typo never seen.
     """
     known = flags.by_spelling(command)
     every = {spelling: flag for flag in flags.FLAGS for spelling in flag.spellings}
@@ -191,22 +192,28 @@ def _drop_unknown_inherited(command: str, args: list[rcfile.Arg]) -> list[rcfile
         if not arg.inherited:
             kept.append(arg)
             continue
-        previous = args[i - 1] if i else None
-        is_value = (
-            not arg.text.startswith("-")
-            and previous is not None
-            and previous.inherited
-            and previous.origin == arg.origin
-            and previous.text.startswith("-")
-            and "=" not in previous.text
-            and (previous.text not in every or _takes_value(every[previous.text], previous.text))
-        )
-        if not is_value:
-            keep = arg.text.split("=")[0] in known
+        if arg.text.startswith("-"):
+            name = arg.text.split("=")[0]
+            if name not in every:
+                raise KilnError(
+                    f"unknown option '{name}' (from {arg.origin}): no kiln command takes it",
+                    hint=did_you_mean(name, every, "see 'kiln help <command>' for its options"),
+                )
+            keep = name in known
+        else:
+            previous = args[i - 1] if i else None
+            keep = keep and (  # the value of the flag before it, kept or dropped with it
+                previous is not None
+                and previous.inherited
+                and previous.origin == arg.origin
+                and previous.text in every
+                and _takes_value(every[previous.text], previous.text)
+            )
         if keep:
             kept.append(arg)
     return kept
 
 
 def _takes_value(flag: flags.Flag, spelling: str) -> bool:
+    """Whether `spelling`, written without `=`, takes the next word (--noX never does)."""
     return flag.takes_value and spelling in (f"--{flag.name}", flag.short)
