@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import click
 import pytest
-from kiln.cli import _drop_unknown_inherited, flags, rcfile
+from kiln.cli import flags, rcfile
 from kiln.cli.build_options import BuildOptions
 from kiln.cli.commands import COMMANDS, Command
 from kiln.cli.help import command_help
@@ -182,8 +182,7 @@ def test_a_common_rc_flag_reaches_exactly_the_commands_taking_it(flag: flags.Fla
     lines = [rcfile.RcLine("common", None, tuple(words), where)]
     for command in COMMANDS:
         kept = [
-            a.text
-            for a in _drop_unknown_inherited(command.name, rcfile.expand(command.name, [], lines))
+            a.text for a in rcfile.for_command(command.name, rcfile.expand(command.name, [], lines))
         ]
         assert kept == (words if command.name in flag.commands else []), command.name
 
@@ -228,6 +227,6 @@ def test_a_bare_word_after_a_switch_on_an_inherited_line_is_dropped() -> None:
     """`--keep_going` takes no value: the word after it is none of its."""
     where = Location(".kilnrc", 1)
     lines = [rcfile.RcLine("common", None, ("--keep_going", "stray", "--output", "json"), where)]
-    build = [a.text for a in _drop_unknown_inherited("build", rcfile.expand("build", [], lines))]
-    query = [a.text for a in _drop_unknown_inherited("query", rcfile.expand("query", [], lines))]
+    build = [a.text for a in rcfile.for_command("build", rcfile.expand("build", [], lines))]
+    query = [a.text for a in rcfile.for_command("query", rcfile.expand("query", [], lines))]
     assert (build, query) == (["--keep_going"], ["--output", "json"])

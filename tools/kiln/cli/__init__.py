@@ -108,7 +108,7 @@ def _run(args: list[str], reporting: _Reporting) -> int:
     lines = [line for path in files for line in rcfile.read(path, workspace.root)]
     session = Session.create(cwd, _with_rc_startup(startup, startup_words, lines))
     expanded = rcfile.expand(name, rest, lines)
-    words = _drop_unknown_inherited(name, expanded)
+    words = rcfile.for_command(name, expanded)
     reporting.verbose = any(a.text == "--verbose_failures" for a in words)
     try:
         result = command.main(
@@ -173,47 +173,3 @@ def _unknown_option_hint(option: str, command: str) -> str:
             f"see 'kiln {command} --help'"
         )
     return did_you_mean(option, flags.by_spelling(command), f"see 'kiln {command} --help'")
-
-
-def _drop_unknown_inherited(command: str, args: list[rcfile.Arg]) -> list[rcfile.Arg]:
-    """Inherited and `common` rc options the command does not know, dropped with
-    their values, as Bazel drops them: `build --jobs=2` never breaks `kiln clean`.
-
-    On such a line, the word after a flag written without `=` is its value when the
-    flag table says the flag takes one (`common --output json` is one option). An
-    option no command takes is an error wherever it is written, as in Bazel: on a
-    `common` line it would otherwise be dropped by every command, a typo never seen.
-    """
-    known = flags.by_spelling(command)
-    every = {spelling: flag for flag in flags.FLAGS for spelling in flag.spellings}
-    kept: list[rcfile.Arg] = []
-    keep = True
-    for i, arg in enumerate(args):
-        if not arg.inherited:
-            kept.append(arg)
-            continue
-        if arg.text.startswith("-"):
-            name = arg.text.split("=")[0]
-            if name not in every:
-                raise KilnError(
-                    f"unknown option '{name}' (from {arg.origin}): no kiln command takes it",
-                    hint=did_you_mean(name, every, "see 'kiln help <command>' for its options"),
-                )
-            keep = name in known
-        else:
-            previous = args[i - 1] if i else None
-            keep = keep and (  # the value of the flag before it, kept or dropped with it
-                previous is not None
-                and previous.inherited
-                and previous.origin == arg.origin
-                and previous.text in every
-                and _takes_value(every[previous.text], previous.text)
-            )
-        if keep:
-            kept.append(arg)
-    return kept
-
-
-def _takes_value(flag: flags.Flag, spelling: str) -> bool:
-    """Whether `spelling`, written without `=`, takes the next word (--noX never does)."""
-    return flag.takes_value and spelling in (f"--{flag.name}", flag.short)
