@@ -91,7 +91,11 @@ class Flag:
         if self.metavar is not None:
             extra["metavar"] = self.metavar
         return click.option(
-            *names, default=self.default, show_default=self.show_default, help=self.help, **extra
+            *names,
+            default=self.default,
+            show_default=self.show_default or None,  # None: click's own choice, as before
+            help=self.help,
+            **extra,
         )
 
 
