@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from kiln.cli.flags import flags_of, slice_options
 from kiln.errors import KilnError
 
 if TYPE_CHECKING:
@@ -90,8 +91,6 @@ class BuildOptions:
     @classmethod
     def defaults(cls, **changes: Any) -> BuildOptions:
         """Every flag at the table's default, but `changes`: `kiln build` without flags."""
-        from kiln.cli.flags import flags_of
-
         return cls(**{**{flag.name: flag.default for flag in flags_of("build")}, **changes})
 
     def slice(
@@ -105,8 +104,6 @@ class BuildOptions:
     ) -> Record:
         """The record one consumer reads (ExecOptions, Limits, the remote options), its
         fields filled from the same-named flags: flags.slice_options."""
-        from kiln.cli.flags import slice_options
-
         return slice_options(
             record,
             self,
