@@ -136,6 +136,11 @@ def test_a_slice_refuses_a_field_no_flag_provides() -> None:
         BuildOptions.defaults().slice(Misspelt)
 
 
+def test_a_slice_refuses_a_mapping_for_a_field_the_record_lacks() -> None:
+    with pytest.raises(TypeError, match=r"^Limits has no field memory$"):
+        BuildOptions.defaults().slice(Limits, renamed={"memory": "local_ram_mb"})
+
+
 def test_a_slice_takes_renamed_given_unset_and_record_default_fields() -> None:
     @dataclass(frozen=True)
     class Record:

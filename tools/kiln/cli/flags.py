@@ -431,6 +431,11 @@ def slice_options(
     renamed = renamed or {}
     given = given or {}
     when_unset = when_unset or {}
+    record_defaults = tuple(record_defaults)
+    fields = {field.name for field in dataclasses.fields(record)}  # type: ignore[arg-type]
+    stray = sorted({*renamed, *given, *when_unset, *record_defaults} - fields)
+    if stray:
+        raise TypeError(f"{record.__name__} has no field {', '.join(stray)}")
     values: dict[str, object] = {}
     missing: list[str] = []
     for field in dataclasses.fields(record):  # type: ignore[arg-type]
