@@ -231,7 +231,8 @@ def test_an_rc_option_no_command_takes_is_an_error_even_on_a_common_line(ws: Wor
 def test_a_bare_word_after_a_switch_on_an_inherited_line_is_dropped() -> None:
     """`--keep_going` takes no value: the word after it is none of its."""
     where = Location(".kilnrc", 1)
-    lines = [rcfile.RcLine("common", None, ("--keep_going", "stray", "--output", "json"), where)]
+    words = ("--keep_going", "stray", "-j4", "-j", "2", "--output", "json")
+    lines = [rcfile.RcLine("common", None, words, where)]
     build = [a.text for a in rcfile.for_command("build", rcfile.expand("build", [], lines))]
     query = [a.text for a in rcfile.for_command("query", rcfile.expand("query", [], lines))]
-    assert (build, query) == (["--keep_going"], ["--output", "json"])
+    assert (build, query) == (["--keep_going", "-j4", "-j", "2"], ["--output", "json"])

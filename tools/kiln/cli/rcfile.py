@@ -7,8 +7,8 @@ from it (`clean` and `info` from `build`: the table in commands.py);
 `common` lines apply to every command. A command silently ignores the
 inherited and `common` options it does not take (which command takes which
 flag is the flag table's, flags.py); an option on its own lines it does not
-take, or one no command takes on any line, is an error. Lines with a `:config` apply only when
-`--config=config` is given, at the place it is given.
+take, or one no command takes on any line, is an error. Lines with a
+`:config` apply only when `--config=config` is given, at the place it is given.
 
 Files read, in order (later ones win): `<workspace>/.kilnrc`, `~/.kilnrc`.
 """
@@ -212,6 +212,8 @@ def for_command(command: str, args: list[Arg]) -> list[Arg]:
             continue
         if arg.text.startswith("-"):
             name = arg.text.split("=")[0]
+            if not name.startswith("--"):
+                name = name[:2]  # -j4: a short flag, its value attached
             if name not in every:
                 raise RcError(
                     f"unknown option '{name}' (from {arg.origin}): no kiln command takes it",
