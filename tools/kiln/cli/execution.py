@@ -43,19 +43,18 @@ def execute_graph(
     )
     disk_cache.create()
     remote = remote_execution.store  # None without --remote_cache: one client per build
-    exec_options = ExecOptions(
-        digest_function=options.digest_function,
-        strategy="worker" if options.local_strategy == "worker" else "local",
-        sandbox=options.sandbox,
-        worker_max_instances=options.worker_max_instances,
-        action_timeout=options.action_timeout,
-        explain=options.explain,
-        verbose_failures=options.verbose_failures,
-        python=sys.executable,
-        pip_find_links=tuple(
-            str((session.workspace.root / d).expanduser().resolve()) for d in options.pip_find_links
-        ),
-        remote_local_fallback=options.remote_local_fallback,
+    exec_options = options.slice(
+        ExecOptions,
+        given={
+            # ExecOptions.strategy is how Python actions run here, not --strategy's list
+            "strategy": "worker" if options.local_strategy == "worker" else "local",
+            "python": sys.executable,
+            "pip_find_links": tuple(
+                str((session.workspace.root / d).expanduser().resolve())
+                for d in options.pip_find_links
+            ),
+        },
+        record_defaults=("worker_preload",),  # no flag: what workers import at start
     )
     status = StatusPrinter(len(graph), locate, explain=options.explain)
     reporting = Reporting(

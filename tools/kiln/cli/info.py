@@ -9,31 +9,15 @@ from pathlib import Path
 import click
 
 from kiln import __version__
+from kiln.cli import flags
 from kiln.cli.session import Session
 from kiln.exec import host
 from kiln.layout import cache_home, output_root
 
 
-@click.command("info")
+@click.command("info", cls=flags.FlagCommand)
 @click.argument("key", required=False)
-@click.option(
-    "--disk_cache",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="The disk cache a build would use (as `build --disk_cache`, or `common` in .kilnrc)",
-)
-@click.option(
-    "--remote_executor",
-    default=None,
-    metavar="ray://HOST:PORT",
-    help="The Ray cluster `kiln info cluster` describes (as `kiln build` takes it)",
-)
-@click.option(
-    "--remote_timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=60.0,
-    help="Seconds to wait for the cluster",
-)
+@flags.options("info")
 @click.pass_obj
 def command(
     session: Session,
