@@ -205,15 +205,16 @@ def test_ctrl_c_before_the_first_action_has_a_spawner_starts_no_command(
     (and the sandbox's first host, which takes a while on a loaded machine) existed found
     no spawner to cancel: the action then ran to its end (60 s here)."""
     from kiln.exec.executor import Executor
+    from kiln.exec.strategies import LocalStrategy
 
     handled: list[Executor] = []
-    interrupt, spawner_for = Executor.interrupt, Executor._spawner_for
+    interrupt, spawner_for = Executor.interrupt, LocalStrategy.spawner
 
     def interrupt_and_tell(self: Executor) -> None:
         interrupt(self)
         handled.append(self)
 
-    def spawner_after_ctrl_c(self: Executor, *args: Any, **kwargs: Any) -> Any:
+    def spawner_after_ctrl_c(self: LocalStrategy, *args: Any, **kwargs: Any) -> Any:
         signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
         deadline = time.monotonic() + 20
         while not handled and time.monotonic() < deadline:
@@ -221,7 +222,7 @@ def test_ctrl_c_before_the_first_action_has_a_spawner_starts_no_command(
         return spawner_for(self, *args, **kwargs)
 
     monkeypatch.setattr(Executor, "interrupt", interrupt_and_tell)
-    monkeypatch.setattr(Executor, "_spawner_for", spawner_after_ctrl_c)
+    monkeypatch.setattr(LocalStrategy, "spawner", spawner_after_ctrl_c)
     ws.write("app/BUILD", 'genrule(name = "slow", outs = ["slow.out"], cmd = "sleep 60")\n')
     began = time.monotonic()
     run = ws.kiln("build", "//app:slow", "--sandbox")

@@ -313,7 +313,11 @@ def test_a_bad_remote_flag_is_an_error(clones: tuple[Workspace, Workspace]) -> N
     first, _ = clones
     run = build(first, "ftp://example.com/")
     assert run.code == 1
-    assert "ERROR: invalid --remote_* option: not an http:// or https:// URL" in run.err
+    assert (
+        "ERROR: invalid --remote_cache 'ftp://example.com/': unknown scheme 'ftp://' "
+        "(kiln opens http://, https://)\n"
+        "  hint: write --remote_cache=http://HOST:PORT[/PREFIX] (a Bazel HTTP cache)"
+    ) in run.err
     header = first.kiln("build", "//app:a", "--remote_cache=http://h/", "--remote_header=oops")
     assert "not a header (Name=Value): 'oops'" in header.err
 

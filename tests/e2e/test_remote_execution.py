@@ -234,6 +234,42 @@ def test_a_gpu_action_from_a_driver_without_gpus_lands_on_the_gpu_node(
     assert here.actions()["Genrule //:gpu"]["key"] == gpu["key"]
 
 
+def _error_lines(err: str) -> list[str]:
+    """What a failed build said about its action, less where it ran."""
+    return [line for line in err.splitlines() if "in.txt" in line or "secret" in line]
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        pytest.param("echo more >> $<; cp $< $@", id="write-through-an-input"),
+        pytest.param("cat {secret} > $@", id="read-an-undeclared-absolute-path"),
+    ],
+)
+def test_a_hermeticity_breach_fails_on_a_node_exactly_as_here(
+    driver: Driver, tmp_path: Path, cluster: RayCluster, cache: NginxCache, cmd: str
+) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not an input\n")
+    failed = {}
+    for name, remote in (("remote", True), ("local", False)):
+        here = driver if remote else _driver(tmp_path / "local" / "ws", cluster, cache)
+        here.write(
+            "BUILD",
+            'genrule(name = "x", srcs = ["in.txt"], outs = ["x.txt"], '
+            f"cmd = {cmd.format(secret=secret)!r})",
+        )
+        here.write("in.txt", "hello\n")
+        args = ("//:x", "--spawn_strategy=remote") if remote else ("//:x",)
+        built = here.build(*args, remote=remote)
+        assert built.code == 1, built.err
+        assert built.actions()["Genrule //:x"]["strategy"] == ("remote-exec" if remote else "local")
+        assert (here.root / "in.txt").read_text() == "hello\n"
+        assert not (here.root / "kiln-out/x.txt").exists()
+        failed[name] = _error_lines(built.err.replace(str(here.root), "<ws>"))
+    assert failed["remote"] == failed["local"] and failed["local"], failed
+
+
 def test_an_action_no_node_can_run_fails_at_once_naming_what_is_missing(
     driver: Driver,
 ) -> None:
@@ -280,7 +316,8 @@ def test_a_worker_killed_mid_action_is_retried_and_leaves_nothing_running(
         ''')
         """,
     )
-    process = driver.start("//:slow", "--spawn_strategy=remote")
+    # The marker lies outside the execroot, where only an unsandboxed command writes.
+    process = driver.start("//:slow", "--spawn_strategy=remote", "--nosandbox")
     start = time.monotonic()
     supervisor, shell = _wait_for_pids(marker, process)
     # The Ray worker running the action dies (every worker of both nodes: one of them).
@@ -310,7 +347,8 @@ def test_ctrl_c_cancels_remote_tasks_and_caches_nothing(
                 cmd = 'echo "$$PPID $$$$" > {marker}; sleep 120; echo late > $@')
         """,
     )
-    process = driver.start("//:long", "--spawn_strategy=remote")
+    # The marker lies outside the execroot, where only an unsandboxed command writes.
+    process = driver.start("//:long", "--spawn_strategy=remote", "--nosandbox")
     supervisor, shell = _wait_for_pids(marker, process)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)

@@ -68,6 +68,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "kiln.rule_api",
         "kiln.rules",
     ),
+    # remote backends as providers: the options record, the executor's protocol and
+    # open_store (nodes open stores too); the store's protocol sits in kiln.cache
+    "kiln.remote": (*LEAVES, "kiln.host_facts", "kiln.cache", "kiln.exec"),
     # --remote_executor on Ray: below the CLI, above the executor it plugs into (its
     # RemoteSpawner seam); workers on nodes probe TensorRT through the catalogue's toolchain
     # and make Python environments as the executor does
@@ -80,7 +83,10 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "kiln.exec",
         "kiln.pyenv",
         "kiln.rules.toolchain",
+        "kiln.remote",
     ),
+    # open_executor: its arms name the executor backends, so it sits above them
+    "kiln.remote.backends": (*LEAVES, "kiln.cache", "kiln.remote", "kiln.remote_exec"),
     "kiln.query": (*LEAVES, "kiln.label", "kiln.loading"),
     # kiln's rules under Bazel: the planning action runs the rules, the generator explores
     # them; attribute errors are worded by kiln.loading.attr_errors, as kiln words them;

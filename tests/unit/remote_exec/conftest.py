@@ -22,7 +22,10 @@ def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NginxCache]:
 
 
 @pytest.fixture
-def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     root = tmp_path / "node"
     monkeypatch.setenv(node_runner.ROOT_ENV, str(root))
-    return root
+    try:
+        yield root
+    finally:
+        node_runner.close_machines()  # its sandbox and persistent workers

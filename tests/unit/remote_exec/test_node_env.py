@@ -17,8 +17,9 @@ from kiln.cache.digest import Digest
 from kiln.cache.remote import RemoteCache
 from kiln.pyenv import pip
 from kiln.pyenv.environment import MANIFEST
+from kiln.remote.options import RemoteOptions
 from kiln.remote_exec import node_runner
-from kiln.remote_exec.protocol import CacheConfig, RemoteTask, TaskResult, TaskWheel
+from kiln.remote_exec.protocol import RemoteTask, TaskResult, TaskWheel
 
 from tests.nginx_cache import NginxCache
 from tests.wheels import make_wheel
@@ -55,7 +56,7 @@ def _task(
         platform=((f"{PIP_PROPERTY}{package.name}", f"{package.version} {package.hashes[0]}"),),
         python_env=(package,),
     )
-    config = CacheConfig(nginx.url, instance_name=tmp_path.name)
+    config = RemoteOptions(nginx.url, remote_instance_name=tmp_path.name)
     key = hashlib.sha256(out.encode()).hexdigest()
     return RemoteTask(action, key, (), "sha256", config, None, wheels)
 

@@ -18,9 +18,10 @@ from kiln.cache.digest import digest_file
 from kiln.cache.remote import RemoteCache
 from kiln.exec.remote_spawn import RemoteSpawn, RemoteWheel
 from kiln.layout import DiskCache
+from kiln.remote.options import RemoteOptions
 from kiln.remote_exec import node_runner
 from kiln.remote_exec.cluster import Cluster
-from kiln.remote_exec.protocol import CacheConfig, RemoteTask, TaskResult, TaskWheel
+from kiln.remote_exec.protocol import RemoteTask, TaskResult, TaskWheel
 from kiln.remote_exec.routing import ClusterNode, Route
 from kiln.remote_exec.spawner import RaySpawner
 
@@ -64,10 +65,10 @@ def test_the_wheels_are_uploaded_by_the_caches_digest_and_named_in_the_task(
     cache.create()
     cluster = InProcessCluster()
     notes: list[str] = []
-    config = CacheConfig(nginx.url, instance_name=tmp_path.name)
+    config = RemoteOptions(nginx.url, remote_instance_name=tmp_path.name)
     spawner = RaySpawner(
         cast(Cluster, cluster),
-        RemoteCache(config.url, instance_name=config.instance_name),
+        RemoteCache(nginx.url, instance_name=tmp_path.name),
         ContentStore(cache.root, FUNCTION),
         config,
         digest_function=FUNCTION,

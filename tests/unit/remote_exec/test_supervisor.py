@@ -10,10 +10,11 @@ import textwrap
 import time
 from pathlib import Path
 
+from kiln.exec.spawn import SpawnResult
 from kiln.remote_exec import supervisor
 
 
-def _run(tmp_path: Path, script: str, timeout: float | None = None) -> supervisor.Ended:
+def _run(tmp_path: Path, script: str, timeout: float | None = None) -> SpawnResult:
     return supervisor.run(
         ["bash", "-c", script],
         cwd=tmp_path,

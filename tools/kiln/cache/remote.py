@@ -56,7 +56,9 @@ from kiln.cache.action_cache import ActionResult
 from kiln.cache.cas import BlobMismatch, ContentStore
 from kiln.cache.digest import Digest
 from kiln.cache.reapi import decode_action_result, encode_action_result
-from kiln.errors import KilnError
+from kiln.cache.remote_store import RemoteError
+
+__all__ = ["MIN_RATE", "RemoteCache", "RemoteError", "parse_header"]
 
 T = TypeVar("T")
 
@@ -73,10 +75,6 @@ _GRACE_S = 10.0  # how far behind min_rate a transfer may fall (at most --remote
 _SEND_CHUNK = 8 << 20  # uploads are paced chunk by chunk
 
 
-class RemoteError(KilnError):
-    """The remote cache cannot be used: down, slow, refusing, or answering nonsense."""
-
-
 def parse_header(text: str) -> tuple[str, str]:
     """`Name=Value` (as --remote_header spells it) -> (name, value); ValueError if malformed."""
     name, sep, value = text.partition("=")
@@ -89,7 +87,8 @@ def parse_header(text: str) -> tuple[str, str]:
 
 
 class RemoteCache:
-    """One server's action cache and CAS, over HTTP/1.1, safe to use from many threads."""
+    """One server's action cache and CAS, over HTTP/1.1, safe to use from many threads:
+    the RemoteStore (cache/remote_store.py) of `http://` and `https://`."""
 
     def __init__(
         self,

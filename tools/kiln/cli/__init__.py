@@ -20,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from kiln.cli import rcfile
+from kiln.cli import flags, rcfile
 from kiln.cli.commands import BY_NAME, did_you_mean
 from kiln.cli.session import Session, StartupOptions
 from kiln.errors import KilnError
@@ -108,7 +108,7 @@ def _run(args: list[str], reporting: _Reporting) -> int:
     lines = [line for path in files for line in rcfile.read(path, workspace.root)]
     session = Session.create(cwd, _with_rc_startup(startup, startup_words, lines))
     expanded = rcfile.expand(name, rest, lines)
-    words = _drop_unknown_inherited(command, expanded)
+    words = rcfile.for_command(name, expanded)
     reporting.verbose = any(a.text == "--verbose_failures" for a in words)
     try:
         result = command.main(
@@ -119,7 +119,7 @@ def _run(args: list[str], reporting: _Reporting) -> int:
         where = f" (from {origin})" if origin else ""
         raise KilnError(
             f"unknown option '{error.option_name}' for 'kiln {name}'{where}",
-            hint=did_you_mean(error.option_name, _options_of(command), f"see 'kiln {name} --help'"),
+            hint=_unknown_option_hint(error.option_name, name),
         ) from None
     except click.ClickException as error:
         raise KilnError(f"kiln {name}: {error.format_message()}") from None
@@ -164,35 +164,12 @@ def _cwd() -> Path:
         ) from None
 
 
-def _options_of(command: click.Command) -> set[str]:
-    return {opt for param in command.params for opt in [*param.opts, *param.secondary_opts]}
-
-
-def _drop_unknown_inherited(command: click.Command, args: list[rcfile.Arg]) -> list[rcfile.Arg]:
-    """Inherited and `common` rc options the command does not know, dropped with
-    their values, as Bazel drops them: `build --jobs=2` never breaks `kiln clean`.
-
-    On such a line, a word that is no option and follows an option written
-    without `=` is that option's value: `common --output json` is one option.
-    """
-    known = _options_of(command)
-    kept: list[rcfile.Arg] = []
-    keep = True
-    for i, arg in enumerate(args):
-        if not arg.inherited:
-            kept.append(arg)
-            continue
-        previous = args[i - 1] if i else None
-        is_value = (
-            not arg.text.startswith("-")
-            and previous is not None
-            and previous.inherited
-            and previous.origin == arg.origin
-            and previous.text.startswith("-")
-            and "=" not in previous.text
+def _unknown_option_hint(option: str, command: str) -> str:
+    """A close match among the command's flags, or the commands that take the flag."""
+    takers = next((flag.commands for flag in flags.FLAGS if option in flag.spellings), ())
+    if takers:
+        return (
+            f"{option} is an option of {', '.join(f'kiln {c}' for c in takers)}; "
+            f"see 'kiln {command} --help'"
         )
-        if not is_value:
-            keep = arg.text.split("=")[0] in known
-        if keep:
-            kept.append(arg)
-    return kept
+    return did_you_mean(option, flags.by_spelling(command), f"see 'kiln {command} --help'")

@@ -10,7 +10,8 @@ import click
 from kiln.action_graph import Action, ActionGraph
 from kiln.analysis.analysis_cache import AnalysisCache
 from kiln.analysis.targets import analyze_targets
-from kiln.cli.build_options import BuildOptions, build_options, parse_action_env
+from kiln.cli import flags
+from kiln.cli.build_options import BuildOptions, parse_action_env
 from kiln.cli.remote_execution import RemoteExecution, remote_execution, toolchain_resolver
 from kiln.cli.reports import Reports, open_reports
 from kiln.cli.session import Session
@@ -27,9 +28,9 @@ from kiln.loading.loader import PackageLoader
 from kiln.loading.patterns import expand, parse_patterns
 
 
-@click.command("build")
+@click.command("build", cls=flags.FlagCommand)
 @click.argument("targets", nargs=-1, required=True)
-@build_options
+@flags.options("build")
 @click.pass_obj
 def command(session: Session, /, targets: tuple[str, ...], **raw: Any) -> int:
     """Build TARGETS (labels or patterns such as //models/...)."""
@@ -54,12 +55,14 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
     from kiln.cli.execution import execute_graph  # the executor and the caches
 
     _check_output_root(session)
-    limits = Limits(
-        jobs=options.jobs or host.cpu_count(),
-        gpus=host.gpu_count() if options.gpus is None else options.gpus,
-        memory_mb=host.memory_mb() * 2 // 3
-        if options.local_ram_mb is None
-        else options.local_ram_mb,
+    limits = options.slice(
+        Limits,
+        renamed={"memory_mb": "local_ram_mb"},
+        when_unset={  # the flags' default, None, is "what this host has"
+            "jobs": host.cpu_count,
+            "gpus": host.gpu_count,
+            "memory_mb": lambda: host.memory_mb() * 2 // 3,
+        },
     )
     host_facts = HostFacts.of_this_machine()
     remote = remote_execution(options, host_facts, limits.gpus)  # flags checked before loading

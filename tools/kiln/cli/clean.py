@@ -14,32 +14,15 @@ from pathlib import Path
 
 import click
 
+from kiln.cli import flags
 from kiln.cli.session import Session
 from kiln.errors import KilnError
 from kiln.exec.workspace_lock import workspace_lock
 from kiln.layout import DiskCache, cache_home, output_root
 
 
-@click.command("clean")
-@click.option(
-    "--expunge", is_flag=True, help="Also delete this workspace's state (its output base)."
-)
-@click.option(
-    "--expunge_disk_cache",
-    is_flag=True,
-    help="Also delete the disk cache, which other workspaces may share.",
-)
-@click.option(
-    "--disk_cache",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="The disk cache --expunge_disk_cache deletes [default: ~/.cache/kiln]",
-)
-@click.option(
-    "--lock_wait/--nolock_wait",
-    default=True,
-    help="Wait for another command holding the workspace lock",
-)
+@click.command("clean", cls=flags.FlagCommand)
+@flags.options("clean")
 @click.pass_obj
 def command(
     session: Session,

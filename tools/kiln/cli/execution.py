@@ -12,18 +12,20 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kiln.action_graph import ActionGraph
-from kiln.cli.build_options import BuildOptions, parse_size, remote_cache_client
+from kiln.cli.build_options import BuildOptions, parse_size
 from kiln.cli.remote_execution import RemoteExecution
 from kiln.cli.reports import FanOut, Reports
 from kiln.cli.session import Session
 from kiln.cli.status import StatusPrinter
-from kiln.exec.executor import ExecOptions, open_executor
+from kiln.exec.executor import ExecOptions, Reporting, open_executor
 from kiln.exec.scheduler import Limits, Reporter, Scheduler, ScheduleResult
 from kiln.layout import DiskCache, cache_home
 
 if TYPE_CHECKING:
+    from kiln.cache.action_cache import ActionCache
     from kiln.cache.cas import ContentStore
     from kiln.exec.remote_spawn import RemoteSpawner
+    from kiln.exec.remote_spawn_cache import RemoteSpawnCache
 
 
 def execute_graph(
@@ -40,45 +42,59 @@ def execute_graph(
         (options.disk_cache or cache_home()).expanduser().resolve(), options.digest_function
     )
     disk_cache.create()
-    remote = remote_cache_client(options)  # None without --remote_cache
-    exec_options = ExecOptions(
-        digest_function=options.digest_function,
-        strategy="worker" if options.local_strategy == "worker" else "local",
-        sandbox=options.sandbox,
-        worker_max_instances=options.worker_max_instances,
-        action_timeout=options.action_timeout,
-        explain=options.explain,
-        verbose_failures=options.verbose_failures,
-        python=sys.executable,
-        pip_find_links=tuple(
-            str((session.workspace.root / d).expanduser().resolve()) for d in options.pip_find_links
-        ),
-        remote_local_fallback=options.remote_local_fallback,
+    remote = remote_execution.store  # None without --remote_cache: one client per build
+    exec_options = options.slice(
+        ExecOptions,
+        given={
+            # ExecOptions.strategy is how Python actions run here, not --strategy's list
+            "strategy": "worker" if options.local_strategy == "worker" else "local",
+            "python": sys.executable,
+            "pip_find_links": tuple(
+                str((session.workspace.root / d).expanduser().resolve())
+                for d in options.pip_find_links
+            ),
+        },
+        record_defaults=("worker_preload",),  # no flag: what workers import at start
     )
-    with open_executor(
-        session.workspace.root, session.output_base, disk_cache, exec_options
-    ) as executor:
-        status = StatusPrinter(len(graph), locate, explain=options.explain)
-        executor.report = lambda text: status.print(f"INFO: {text}")
-        executor.warn = lambda message: status.print(f"WARNING: {message}")
-        try:
-            if remote is not None:
-                from kiln.exec.remote_spawn_cache import RemoteSpawnCache
+    status = StatusPrinter(len(graph), locate, explain=options.explain)
+    reporting = Reporting(
+        warn=lambda message: status.print(f"WARNING: {message}"),
+        report=lambda text: status.print(f"INFO: {text}"),
+    )
 
-                executor.remote = RemoteSpawnCache(
-                    remote,
-                    executor.cas,
-                    executor.action_cache,
-                    accept_cached=options.remote_accept_cached,
-                    upload_local_results=options.remote_upload_local_results,
-                    warn=lambda message: status.print(f"WARNING: {message}"),
-                )
-            executor.placement = remote_execution.policy
-            if remote_execution.cluster is not None:
-                assert remote is not None  # remote_execution() insists on --remote_cache
-                executor.remote_spawner = _ray_spawner(
-                    options, remote_execution, executor.cas, status.print
-                )
+    def remote_spawn_cache(cas: ContentStore, action_cache: ActionCache) -> RemoteSpawnCache:
+        from kiln.exec.remote_spawn_cache import RemoteSpawnCache
+
+        assert remote is not None
+        return RemoteSpawnCache(
+            remote,
+            cas,
+            action_cache,
+            accept_cached=options.remote_accept_cached,
+            upload_local_results=options.remote_upload_local_results,
+            warn=reporting.warn,
+        )
+
+    def remote_spawner(cas: ContentStore) -> RemoteSpawner:
+        assert remote_execution.executor is not None  # it moves blobs through `remote`
+        return remote_execution.executor.spawner(
+            cas,
+            digest_function=options.digest_function,
+            warn=reporting.warn,
+            report=reporting.report,
+        )
+
+    try:
+        with open_executor(
+            session.workspace.root,
+            session.output_base,
+            disk_cache,
+            exec_options,
+            placement=remote_execution.policy,
+            remote=remote_spawn_cache if remote is not None else None,
+            remote_spawner=remote_spawner if remote_execution.executor is not None else None,
+            reporting=reporting,
+        ) as executor:
             reporters: list[Reporter] = [status]
             reporters += [r for r in (reports.events, reports.profile) if r is not None]
             if reports.events:
@@ -93,8 +109,8 @@ def execute_graph(
                 reserved=remote_execution.policy.reserved,
             )
             result = scheduler.run()
-        finally:
-            status.close()
+    finally:
+        status.close()
     seconds = time.monotonic() - start
     if reports.events:
         reports.events.emit(
@@ -107,35 +123,3 @@ def execute_graph(
 
         collect(disk_cache.root, parse_size(options.disk_cache_max_size))
     return result, seconds
-
-
-def _ray_spawner(
-    options: BuildOptions,
-    remote_execution: RemoteExecution,
-    cas: ContentStore,
-    echo: Callable[[str], None],
-) -> RemoteSpawner:
-    """The Ray spawner, with a remote-cache client of its own (uploads, downloads)."""
-    from kiln.cache.remote import parse_header
-    from kiln.remote_exec.protocol import CacheConfig
-    from kiln.remote_exec.spawner import RaySpawner
-
-    assert remote_execution.cluster is not None and options.remote_cache
-    client = remote_cache_client(options)
-    assert client is not None
-    config = CacheConfig(
-        options.remote_cache,
-        tuple(parse_header(text) for text in options.remote_header),
-        options.remote_timeout,
-        options.remote_instance_name,
-    )
-    return RaySpawner(
-        remote_execution.cluster,
-        client,
-        cas,
-        config,
-        digest_function=options.digest_function,
-        retries=options.remote_retries,
-        warn=lambda message: echo(f"WARNING: {message}"),
-        report=lambda text: echo(f"INFO: {text}"),
-    )

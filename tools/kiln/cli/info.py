@@ -9,31 +9,15 @@ from pathlib import Path
 import click
 
 from kiln import __version__
+from kiln.cli import flags
 from kiln.cli.session import Session
 from kiln.exec import host
 from kiln.layout import cache_home, output_root
 
 
-@click.command("info")
+@click.command("info", cls=flags.FlagCommand)
 @click.argument("key", required=False)
-@click.option(
-    "--disk_cache",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="The disk cache a build would use (as `build --disk_cache`, or `common` in .kilnrc)",
-)
-@click.option(
-    "--remote_executor",
-    default=None,
-    metavar="ray://HOST:PORT",
-    help="The Ray cluster `kiln info cluster` describes (as `kiln build` takes it)",
-)
-@click.option(
-    "--remote_timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=60.0,
-    help="Seconds to wait for the cluster",
-)
+@flags.options("info")
 @click.pass_obj
 def command(
     session: Session,
@@ -100,19 +84,17 @@ def _cluster(remote_executor: str | None, timeout: float) -> int:
             "kiln info cluster needs --remote_executor",
             hint="pass --remote_executor=ray://HOST:PORT, or set it on a build line of .kilnrc",
         )
-    from kiln.remote_exec.address import RayAddress
-    from kiln.remote_exec.cluster import Cluster, ClusterUnreachable
-    from kiln.remote_exec.describe import describe_cluster
+    from kiln.remote.backends import open_executor
+    from kiln.remote.executor import ExecutorUnreachable
+    from kiln.remote.options import RemoteOptions
 
+    options = RemoteOptions(remote_executor=remote_executor, remote_timeout=timeout)
+    executor = open_executor(options, store=None)
+    assert executor is not None  # the flag is given
     try:
-        address = RayAddress.parse(remote_executor)
-    except ValueError as error:
-        raise KilnError(f"invalid --remote_executor: {error}") from None
-    cluster = Cluster(address, timeout=timeout)
-    try:
-        describe_cluster(cluster, click.echo)
-    except ClusterUnreachable as error:
+        executor.describe(click.echo)
+    except ExecutorUnreachable as error:
         raise KilnError(error.message, hint="start the cluster, or check the address") from None
     finally:
-        cluster.close()
+        executor.close()
     return 0

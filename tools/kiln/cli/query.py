@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from kiln.cli import flags
 from kiln.cli.session import Session
 from kiln.loading.graph import split
 from kiln.loading.loader import PackageLoader
@@ -11,17 +12,9 @@ from kiln.query import output, parser
 from kiln.query.engine import QueryEngine
 
 
-@click.command("query")
+@click.command("query", cls=flags.FlagCommand)
 @click.argument("expression")
-@click.option(
-    "--output",
-    "fmt",
-    type=click.Choice(output.FORMATS),
-    default="label",
-    show_default=True,
-    help="label, label_kind, build (as written in BUILD files), json, graph (Graphviz DOT)",
-)
-@click.option("--verbose_failures", is_flag=True, help="Show the Starlark stack of errors.")
+@flags.options("query")
 @click.pass_obj
 def command(session: Session, expression: str, fmt: str, verbose_failures: bool) -> int:
     """Evaluate a query EXPRESSION such as 'deps(//models:resnet_pt2)'."""

@@ -5,9 +5,10 @@ and `try-import PATH` pull in other files (`%workspace%` names the root).
 Options of `command` apply to that command and to the commands inheriting
 from it (`clean` and `info` from `build`: the table in commands.py);
 `common` lines apply to every command. A command silently ignores the
-inherited and `common` options it does not know; an unknown option on its
-own lines is an error. Lines with a `:config` apply only when
-`--config=config` is given, at the place it is given.
+inherited and `common` options it does not take (which command takes which
+flag is the flag table's, flags.py); an option on its own lines it does not
+take, or one no command takes on any line, is an error. Lines with a
+`:config` apply only when `--config=config` is given, at the place it is given.
 
 Files read, in order (later ones win): `<workspace>/.kilnrc`, `~/.kilnrc`.
 """
@@ -20,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kiln.cli import flags
 from kiln.cli.commands import BY_NAME, did_you_mean
 from kiln.errors import KilnError, Location
 from kiln.file_io import read_text
@@ -191,3 +193,50 @@ def expand(command: str, cli_args: list[str], lines: list[RcLine]) -> list[Arg]:
 
 def _args(lines: list[RcLine], command: str) -> list[Arg]:
     return [Arg(a, ln.location, ln.command != command) for ln in lines for a in ln.args]
+
+
+def for_command(command: str, args: list[Arg]) -> list[Arg]:
+    """The words `command` gets (expand()'s): the inherited and `common` rc options
+    it does not take (the flag table, flags.py, says which), dropped with
+    their values, as Bazel drops them: `build --jobs=2` never breaks `kiln clean`.
+
+    On such a line, the word after a flag written without `=` is its value when the
+    flag table says the flag takes one (`common --output json` is one option). An
+    option no command takes is an error wherever it is written, as in Bazel: on a
+    `common` line it would otherwise be dropped by every command, a typo never seen.
+    """
+    known = flags.by_spelling(command)
+    every = {spelling: flag for flag in flags.FLAGS for spelling in flag.spellings}
+    kept: list[Arg] = []
+    keep = True
+    for i, arg in enumerate(args):
+        if not arg.inherited:
+            kept.append(arg)
+            continue
+        if arg.text.startswith("-"):
+            name = arg.text.split("=")[0]
+            if not name.startswith("--"):
+                name = name[:2]  # -j4: a short flag, its value attached
+            if name not in every:
+                raise RcError(
+                    f"unknown option '{name}' (from {arg.origin}): no kiln command takes it",
+                    hint=did_you_mean(name, every, "see 'kiln help <command>' for its options"),
+                )
+            keep = name in known
+        else:
+            previous = args[i - 1] if i else None
+            keep = keep and (  # the value of the flag before it, kept or dropped with it
+                previous is not None
+                and previous.inherited
+                and previous.origin == arg.origin
+                and previous.text in every
+                and _takes_value(every[previous.text], previous.text)
+            )
+        if keep:
+            kept.append(arg)
+    return kept
+
+
+def _takes_value(flag: flags.Flag, spelling: str) -> bool:
+    """Whether `spelling`, written without `=`, takes the next word (--noX never does)."""
+    return flag.takes_value and spelling in (f"--{flag.name}", flag.short)

@@ -1,9 +1,9 @@
 """--remote_executor for `kiln build` and `kiln info cluster`: the flags made into parts.
 
-Parses the address and the strategies before anything is loaded (a bad flag
-is an error at once), and builds the placement policy, the cluster (which
-connects only when first used) and the GPU platform analysis resolves GPU
-toolchains on.
+Parses the addresses and the strategies before anything is loaded (a bad
+flag is an error at once), and opens the build's one store client and its
+remote executor (neither connects before it is first used), the placement
+policy, and the GPU platform analysis resolves GPU toolchains on.
 """
 
 from __future__ import annotations
@@ -12,42 +12,32 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kiln import machine
-from kiln.cli.build_options import BuildOptions
+from kiln.cli.build_options import BuildOptions, remote_options
 from kiln.errors import KilnError
 from kiln.exec.placement import PlacementPolicy
 from kiln.exec.platform_match import MachineOffer
 from kiln.host_facts import HostFacts, ToolchainResolver
+from kiln.remote.backends import open_executor
+from kiln.remote.stores import open_store
 
 if TYPE_CHECKING:
-    from kiln.remote_exec.cluster import Cluster
+    from kiln.cache.remote_store import RemoteStore
+    from kiln.remote.executor import RemoteExecutor
 
 
 @dataclass(frozen=True)
 class RemoteExecution:
     policy: PlacementPolicy
-    cluster: Cluster | None
-
-
-def cluster_of(options: BuildOptions) -> Cluster | None:
-    """The Cluster --remote_executor names (not connected yet); None without the flag."""
-    if not options.remote_executor:
-        return None
-    from kiln.remote_exec.address import RayAddress
-    from kiln.remote_exec.cluster import Cluster
-
-    try:
-        address = RayAddress.parse(options.remote_executor)
-    except ValueError as error:
-        raise KilnError(
-            f"invalid --remote_executor: {error}", hint="write --remote_executor=ray://HOST:PORT"
-        ) from None
-    return Cluster(address, timeout=options.remote_timeout)
+    store: RemoteStore | None  # --remote_cache: the one client of this build
+    executor: RemoteExecutor | None  # --remote_executor
 
 
 def remote_execution(options: BuildOptions, host: HostFacts, gpus: int) -> RemoteExecution:
     default, by_mnemonic = options.strategies()
-    cluster = cluster_of(options)
-    if cluster is not None and not options.remote_cache:
+    remote = remote_options(options)
+    store = open_store(remote)
+    executor = open_executor(remote, store)
+    if executor is not None and store is None:
         raise KilnError(
             "--remote_executor needs --remote_cache: inputs and outputs travel between "
             "this machine and the workers through it",
@@ -55,23 +45,21 @@ def remote_execution(options: BuildOptions, host: HostFacts, gpus: int) -> Remot
             "reach too; docs/remote-execution.md)",
         )
     here = None
-    if cluster is not None:  # nvidia-smi only for builds that may send actions away
+    if executor is not None:  # nvidia-smi only for builds that may send actions away
         here = MachineOffer(host, machine.nvidia_gpus()[:gpus] if gpus else ())
     policy = PlacementPolicy(
-        remote=cluster is not None,
+        remote=executor is not None,
         default=default,
         by_mnemonic=by_mnemonic,
         local_gpus=gpus,
         local_flavour="local" if options.local_strategy == "local" else "worker",
         here=here,
     )
-    return RemoteExecution(policy, cluster)
+    return RemoteExecution(policy, store, executor)
 
 
 def toolchain_resolver(remote: RemoteExecution, host: HostFacts) -> ToolchainResolver:
-    """GPU toolchains from the cluster when GPU actions run there, the rest from here."""
-    if remote.cluster is None or not remote.policy.gpu_actions_remote:
+    """GPU toolchains from the executor when GPU actions run there, the rest from here."""
+    if remote.executor is None or not remote.policy.gpu_actions_remote:
         return ToolchainResolver(host)
-    from kiln.remote_exec.toolchains import ClusterGpuPlatform
-
-    return ToolchainResolver(host, ClusterGpuPlatform(remote.cluster, host))
+    return ToolchainResolver(host, remote.executor.gpu_platform(host))

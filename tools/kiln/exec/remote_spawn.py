@@ -8,7 +8,8 @@ in the workspace: nothing is hashed or read again), the wheels of its Python
 environment the same way (the node makes the environment), and gets back an
 ActionResult whose every blob is already in the local CAS, verified against
 its digest. The executor then records it and delivers it as it does a cache
-hit (executor.py). The Ray implementation is kiln.remote_exec.spawner.
+hit (executor.py). The Ray implementation is kiln.remote_exec.spawner. How the
+command ended is the same record a local spawner returns (spawn.SpawnResult).
 
     RemoteSpawner.spawn_remote(RemoteSpawn) -> RemoteSpawnResult
 """
@@ -24,6 +25,8 @@ from typing import Protocol
 from kiln.action_graph import Action
 from kiln.cache.action_cache import ActionResult
 from kiln.cache.digest import Digest
+from kiln.exec.outcome import Source
+from kiln.exec.spawn import SpawnResult
 
 
 @dataclass(frozen=True)
@@ -55,22 +58,35 @@ class RemoteSpawn:
     # An action with third-party packages (python_env): the wheels its environment
     # installs, those the toolchain does not provide.
     wheels: tuple[RemoteWheel, ...] = ()
+    # --sandbox: the node runs the command in a sandbox where its kernel allows, as here.
+    sandbox: bool = True
 
 
 @dataclass(frozen=True)
 class RemoteSpawnResult:
+    # How the command ended (spawn.SpawnResult: its lane is the worker node); exit code -1
+    # for what failed around it: "refused: ...", "no node ...", "cannot upload ...".
+    ended: SpawnResult
     # The result with every blob in the local CAS (exit code 0); None when it failed.
-    result: ActionResult | None
-    exit_code: int = 0
-    seconds: float = 0.0  # wall time of the command on the worker
-    lane: str = ""  # the profile lane: the worker node
-    crashed: bool = False
-    message: str = ""  # why it failed: "exited with code 1", "refused: ...", "no node ..."
+    result: ActionResult | None = None
     output: str = ""  # what the command printed (stdout, then stderr), for a failure
     printed: str = ""  # its stdout, for a success ("INFO: From ...")
     # The cluster could not be reached: the executor may run the action here instead
     # (--remote_local_fallback).
     unreachable: bool = False
+
+    @staticmethod
+    def failed(
+        message: str,
+        *,
+        seconds: float = 0.0,
+        lane: str = "",
+        crashed: bool = False,
+        unreachable: bool = False,
+    ) -> RemoteSpawnResult:
+        """A run that failed before or around its command."""
+        ended = SpawnResult(-1, seconds, Source.RAN_REMOTELY, lane, crashed, message)
+        return RemoteSpawnResult(ended, unreachable=unreachable)
 
 
 class RemoteSpawner(Protocol):

@@ -1,6 +1,6 @@
 """The remote cache in the executor's hands: look a result up before running, upload after.
 
-What Bazel's RemoteSpawnCache does, over cache/remote.py:
+What Bazel's RemoteSpawnCache does, over a RemoteStore (cache/remote_store.py):
 
     lookup  (a local action-cache miss)  GET /ac/<key>; the result must name the
             action's declared outputs and nothing else (so every path is relative
@@ -34,7 +34,7 @@ from kiln.action_graph import Action
 from kiln.cache.action_cache import ActionCache, ActionResult
 from kiln.cache.cas import BlobMismatch, ContentStore, NoRoom
 from kiln.cache.digest import Digest
-from kiln.cache.remote import RemoteCache, RemoteError
+from kiln.cache.remote_store import RemoteError, RemoteStore
 
 # hit: served from the remote; miss: asked, not there (or unusable); "": not asked.
 RemoteStatus = Literal["hit", "miss", ""]
@@ -43,7 +43,7 @@ RemoteStatus = Literal["hit", "miss", ""]
 class RemoteSpawnCache:
     def __init__(
         self,
-        remote: RemoteCache,
+        remote: RemoteStore,
         cas: ContentStore,
         action_cache: ActionCache,
         *,

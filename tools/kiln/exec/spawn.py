@@ -1,19 +1,20 @@
 """The one interface the executor runs commands through: Spawner.spawn(request) -> result.
 
-The executor prepares an execroot holding the action's declared inputs and
-hands a SpawnRequest to a spawner; the spawner runs the command there and
-says how it ended. It knows nothing of keys, caches or outputs: the executor
+run_in_execroot.py prepares an execroot holding the action's declared inputs
+and hands a SpawnRequest to a spawner; the spawner runs the command there and
+says how it ended. It knows nothing of keys, caches or outputs: the runner
 collects the outputs from the execroot afterwards.
 
     LocalSpawner   (local_spawner.py)   a child process in its own process group
     WorkerSpawner  (worker_spawner.py)  a persistent worker (`python -m` actions)
+    SupervisorSpawner (remote_exec/supervisor.py)  on a worker node: a command that
+                   never outlives its Ray task
 
-A remote spawner (Ray, REAPI) implements the same three methods: the request
-carries everything it needs to ship the command elsewhere (argv, env, the
-execroot whose files are the inputs, the declared outputs to bring back into
-the execroot, where stdout/stderr go, the timeout, the resources the
-scheduler reserved and the platform properties a machine must match), and
-its result names its Source.
+The one execroot runner (run_in_execroot.py) drives each of them, on the
+driver and on a worker node alike. The remote strategy does not hand the
+driver's commands to a Spawner: a remote executor needs inputs by digest,
+not an execroot, so it has its own seam (remote_spawn.py), whose result
+holds a SpawnResult too: one record says how a command ended, wherever.
 
 A Python action's argv[0] is the name PYTHON_INTERPRETER ("python"), never a
 path (so keys are the same wherever Python is installed): each spawner
@@ -78,6 +79,11 @@ class SpawnResult:
 
 
 class Spawner(Protocol):
+    @property
+    def sandboxed(self) -> bool:
+        """Whether its commands run in a sandbox (which path they see torch's state at)."""
+        ...
+
     def spawn(self, request: SpawnRequest) -> SpawnResult:
         """Run the command to its end; thread-safe (the scheduler's threads call it)."""
         ...

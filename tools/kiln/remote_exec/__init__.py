@@ -21,6 +21,12 @@ disk, so multi-GB weights never sit in the driver's memory. Each node keeps
 its own CAS; a blob it already has is not fetched again, and one the remote
 cache has is not uploaded again.
 
+It is the RemoteExecutor (kiln.remote.executor) of the `ray://` scheme:
+kiln.remote.backends opens ray_executor.RayExecutor, which makes the spawner,
+the GPU platform and `kiln info cluster`'s description; the store it moves
+blobs through is the build's one (kiln.remote.stores), and nodes open theirs
+from the RemoteOptions each task carries.
+
 Only modules of this package import ray, and only when --remote_executor is
 given (cluster.py, node_runner.py run inside Ray tasks). docs/remote-execution.md
 is the user's page.

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kiln.errors import KilnError
+from kiln.remote.executor import ExecutorUnreachable
 from kiln.remote_exec.address import RayAddress
 from kiln.remote_exec.protocol import RemoteTask, TaskResult
 from kiln.remote_exec.routing import ClusterNode, Route
@@ -33,7 +33,7 @@ _CONNECT_PROBE_S = 10.0  # at most, for the TCP check before ray.init
 _CONNECT_ATTEMPTS = 3
 
 
-class ClusterUnreachable(KilnError):
+class ClusterUnreachable(ExecutorUnreachable):
     """The head cannot be reached (refused, timed out, not a Ray Client server, gone)."""
 
 

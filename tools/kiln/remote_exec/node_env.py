@@ -31,7 +31,7 @@ from pathlib import Path
 
 from kiln.cache.cas import BlobMismatch, ContentStore
 from kiln.cache.digest import Digest
-from kiln.cache.remote import RemoteCache, RemoteError
+from kiln.cache.remote_store import RemoteError, RemoteStore
 from kiln.errors import KilnError
 from kiln.exec.execroot import delete
 from kiln.pyenv.environment import EnvironmentStore
@@ -49,7 +49,7 @@ class EnvironmentFailed(Exception):
 def interpreter(
     task: RemoteTask,
     cas: ContentStore,
-    remote: RemoteCache,
+    remote: RemoteStore,
     root: Path,
     wheelhouse: Path,
     report: Callable[[str], None],
@@ -81,7 +81,7 @@ def interpreter(
         delete(wheelhouse)
 
 
-def _fetch(wheels: tuple[TaskWheel, ...], cas: ContentStore, remote: RemoteCache) -> None:
+def _fetch(wheels: tuple[TaskWheel, ...], cas: ContentStore, remote: RemoteStore) -> None:
     """The wheels this node's CAS lacks, from the remote cache, verified as written."""
     missing = []
     for wheel in wheels:

@@ -1,19 +1,24 @@
-"""One action on a worker node, inside its Ray task: exactly as kiln runs it locally.
+"""One action on a worker node, inside its Ray task: through the runner kiln runs it with here.
 
     1. refuse it unless this node matches its platform properties (the toolchain
        fingerprint: os, Python, the distributions it names, the code of its
        kiln.actions module, the GPU), naming both values
     2. fetch the inputs this node's CAS lacks from the remote cache, each verified
        against its digest as it is written (ContentStore.put_stream)
-    3. a private execroot: only the declared inputs (read-only hardlinks of CAS
-       blobs), the output directories, .tmp; the action's fixed environment plus
-       TMPDIR and the GPUs Ray gave the task (CUDA_VISIBLE_DEVICES), neither in the key
-    4. the command under the supervisor (supervisor.py), with the action timeout;
-       a `python -m kiln.actions.*` action gets this node's interpreter as argv[0]:
-       for one with third-party packages (python_env), that of the environment this
-       node makes of the wheels the driver sent (node_env.py), once per closure
-    5. its declared outputs into the node's CAS; the blobs the remote cache lacks are
-       uploaded, then the action-cache entry: last, so it never names a missing blob
+    3. run_in_execroot (exec/run_in_execroot.py), as the driver does: a private execroot
+       of only the declared inputs (read-only hardlinks of CAS blobs), the output
+       directories, .tmp; the action's fixed environment plus TMPDIR and the GPUs Ray gave
+       the task (CUDA_VISIBLE_DEVICES), neither in the key; the command in a sandbox where
+       the kernel allows (exec/sandboxing.py), so it reads no undeclared file and writes
+       nowhere else; a write through an input fails it; outputs into the node's CAS
+    4. the spawner: a `python -m` action that supports workers (and needs no GPU) runs
+       in a persistent worker (kiln.workers) that this Ray worker process keeps from task
+       to task, so torch is imported once, not per action; any other command under the
+       supervisor (supervisor.py), which nothing outlives. A Python action gets this
+       node's interpreter: for one with third-party packages (python_env), that of the
+       environment this node makes of the wheels the driver sent (node_env.py)
+    5. the blobs the remote cache lacks are uploaded, then the action-cache entry:
+       last, so it never names a missing blob
 
 Nothing is stored for a failure, a timeout or a cancel. The node keeps its
 state under $KILN_WORKER_ROOT (default: <cache home>/remote-worker): `cache/`
@@ -31,25 +36,35 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Mapping, Set
 from pathlib import Path
 
 from kiln.action_graph import Action
-from kiln.cache.action_cache import ActionResult, OutputFile
+from kiln.cache.action_cache import ActionResult
 from kiln.cache.cas import BlobMismatch, ContentStore
 from kiln.cache.digest import Digest
-from kiln.cache.remote import RemoteCache, RemoteError
-from kiln.exec import execroot_files as files
+from kiln.cache.remote_store import RemoteError, RemoteStore
 from kiln.exec.execroot import delete
-from kiln.exec.platform_match import actions_module, describe, mismatches
-from kiln.layout import DiskCache, cache_home
-from kiln.remote_exec import node_env, supervisor
+from kiln.exec.platform_match import describe, mismatches
+from kiln.exec.run_in_execroot import Job, Machine, RunFailed, run_in_execroot
+from kiln.exec.sandboxing import Sandboxing
+from kiln.exec.spawn import Spawner
+from kiln.exec.worker_spawner import WorkerSpawner
+from kiln.layout import DiskCache, OutputBase, cache_home
+from kiln.remote.options import RemoteOptions
+from kiln.remote.stores import open_store
+from kiln.remote_exec import node_env
 from kiln.remote_exec.facts import this_node
-from kiln.remote_exec.protocol import CacheConfig, RemoteTask, TaskInput, TaskResult
+from kiln.remote_exec.protocol import RemoteTask, TaskInput, TaskResult
+from kiln.remote_exec.supervisor import SupervisorSpawner
 
 ROOT_ENV = "KILN_WORKER_ROOT"
+# A node's persistent workers, and what they import once (the driver's default preload).
+WORKERS_PER_NODE = 2
+WORKER_PRELOAD = ("torch", "torch._inductor", "kiln.action_specs")
 _counter = itertools.count()
-_clients: dict[CacheConfig, RemoteCache] = {}
-_clients_lock = threading.Lock()
+_stores: dict[RemoteOptions, RemoteStore] = {}
+_stores_lock = threading.Lock()
 
 
 def worker_root() -> Path:
@@ -84,7 +99,7 @@ def run_task(task: RemoteTask) -> TaskResult:
     cache = DiskCache.at(root / "cache", task.digest_function)
     cache.create()
     cas = ContentStore(cache.root, task.digest_function)
-    remote = _client(task.cache)
+    remote = store_for(task.remote)
     try:
         _fetch_inputs(task.inputs, cas, remote)
     except BlobMismatch as error:
@@ -104,91 +119,156 @@ def run_task(task: RemoteTask) -> TaskResult:
         except node_env.EnvironmentFailed as failed:
             message = f"cannot make its Python environment on {node}: {failed.message}"
             return TaskResult(node, -1, message=message, notes=tuple(notes))
-    try:
-        return dataclasses.replace(
-            _run_in(execroot, task, cas, remote, node, python), notes=tuple(notes)
-        )
-    finally:
-        delete(execroot)
+    return dataclasses.replace(
+        _run_in(execroot, task, cas, remote, node, python), notes=tuple(notes)
+    )
 
 
 def _run_in(
     execroot: Path,
     task: RemoteTask,
     cas: ContentStore,
-    remote: RemoteCache,
+    remote: RemoteStore,
     node: str,
     python: str,
 ) -> TaskResult:
     action = task.action
-    _make_execroot(execroot, action, task.inputs, cas)
-    tmp = execroot / ".tmp"
-    stdout, stderr = tmp / "stdout", tmp / "stderr"
-    env = {**dict(action.env), "TMPDIR": str(tmp)}
+    env = {}
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
     if action.resources.gpu and gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpus  # the GPUs Ray reserved for this task
-    argv = list(action.argv)
-    if action.python_env is not None or actions_module(action) is not None:
-        argv[0] = python  # a Python action: this node's interpreter, or its environment's
-    ended = supervisor.run(
-        argv, cwd=execroot, env=env, stdout=stdout, stderr=stderr, timeout=task.timeout
-    )
-    output = files.read_text(stdout) + files.read_text(stderr)
-    if ended.exit_code != 0 or ended.crashed:
-        message = ended.message or f"exited with code {ended.exit_code}"
-        return TaskResult(
-            node, ended.exit_code, ended.seconds, ended.crashed, message, output=output
-        )
-    missing = files.missing_outputs(execroot, action)
-    if missing:
-        message = (
-            "did not create declared output"
-            + ("s " if len(missing) > 1 else " ")
-            + ", ".join(missing)
-        )
-        return TaskResult(node, 0, ended.seconds, message=message, output=output)
-    outputs = []
-    for path in files.output_files(execroot, action):
-        executable = os.access(execroot / path, os.X_OK)
-        files.seal_output(execroot / path, executable)
-        outputs.append(
-            OutputFile(path, cas.put_file(execroot / path, executable=executable), executable)
-        )
-    files.seal_output(stdout, False)
-    files.seal_output(stderr, False)
-    result = ActionResult(
-        output_files=tuple(outputs),
-        exit_code=0,
-        stdout_digest=cas.put_file(stdout),
-        stderr_digest=cas.put_file(stderr),
-        execution_seconds=ended.seconds,
-        worker=node,
-    )
+    argv = action.argv
+    if action.python_env is not None:
+        argv = (python, *argv[1:])  # its environment's interpreter
+    inputs = {item.path: Digest(item.hash, item.size) for item in task.inputs}
+    executable = {item.path for item in task.inputs if item.executable}
+    job = Job(action, argv, inputs, executable, task.timeout, env, node, node)
+    machine = _machine_for(worker_root(), task.sandbox)
+    execroots = _OneExecroot(execroot, cas)
+    place = Machine(cas, execroots, machine.sandboxing.torch_tmp, forget=execroots.forget)
     try:
-        _upload(result, task.key, cas, remote)
-    except RemoteError as error:
+        ran = run_in_execroot(job, machine.spawner(action), place)
+    except RunFailed as failed:
+        return TaskResult(node, -1, message=failed.message)
+    ended = ran.ended
+    seconds = ended.seconds if ended is not None else 0.0
+    if ran.failure is not None or ran.result is None:
+        assert ran.failure is not None
         return TaskResult(
-            node, 0, ended.seconds, message=f"cannot upload its outputs: {error.message}"
+            node,
+            ended.exit_code if ended is not None else -1,
+            seconds,
+            ended.crashed if ended is not None else False,
+            ran.failure.message,
+            output=ran.failure.output,
         )
-    return TaskResult(node, 0, ended.seconds, printed=files.read_text(stdout), result=result)
+    try:
+        _upload(ran.result, task.key, cas, remote)
+    except RemoteError as error:
+        return TaskResult(node, 0, seconds, message=f"cannot upload its outputs: {error.message}")
+    return TaskResult(node, 0, seconds, printed=ran.printed, result=ran.result)
 
 
-def _client(config: CacheConfig) -> RemoteCache:
-    """One kept-alive client per remote cache, for every task this Ray worker runs."""
-    with _clients_lock:
-        client = _clients.get(config)
-        if client is None:
-            client = _clients[config] = RemoteCache(
-                config.url,
-                headers=config.headers,
-                timeout=config.timeout,
-                instance_name=config.instance_name,
-            )
-        return client
+class _OneExecroot:
+    """The execroot of one task, made of the node's CAS blobs (sources too: a node has
+    no workspace), and deleted when the action is done."""
+
+    def __init__(self, root: Path, cas: ContentStore) -> None:
+        self.root = root
+        self.cas = cas
+
+    def create(self, action: Action, inputs: Mapping[str, Digest], executable: Set[str]) -> Path:
+        _make_execroot(self.root, action, inputs, executable, self.cas)
+        return self.root
+
+    def release(self, root: Path) -> None:
+        delete(root)
+
+    def forget(self, digests: Mapping[str, Digest]) -> None:
+        """An input written through: its blob here may be damaged (every input is one)."""
+        for digest in digests.values():
+            for executable in (False, True):
+                with contextlib.suppress(OSError):
+                    os.unlink(self.cas.path(digest, executable))
 
 
-def _fetch_inputs(inputs: tuple[TaskInput, ...], cas: ContentStore, remote: RemoteCache) -> None:
+class _NodeMachine:
+    """What a Ray worker process keeps from task to task: the sandbox, and the persistent
+    workers of Python actions (torch imported once). Its processes hold lifelines to
+    this one: they end with it, however it ends."""
+
+    def __init__(self, root: Path, sandbox: bool) -> None:
+        self.sandboxing = Sandboxing(
+            sandbox,
+            sys.executable,
+            workspace=root / "execroot",
+            hidden=(root,),
+            output_base=OutputBase(root),
+            disk_cache=DiskCache(root / "cache"),
+            warn=lambda message: print(f"WARNING: {message}", file=sys.stderr),
+        )
+        self._lock = threading.Lock()
+        self._plain: SupervisorSpawner | None = None
+        self._workers: WorkerSpawner | None = None
+
+    def spawner(self, action: Action) -> Spawner:
+        sandbox = self.sandboxing.get()
+        with self._lock:
+            # A GPU action runs as a fresh process: a worker keeps the CUDA devices of
+            # the task it started in, and Ray gives each task its own.
+            if action.supports_workers and not action.resources.gpu:
+                if self._workers is None:
+                    self._workers = WorkerSpawner(
+                        sys.executable, WORKERS_PER_NODE, WORKER_PRELOAD, sandbox
+                    )
+                return self._workers
+            if self._plain is None:
+                self._plain = SupervisorSpawner(sys.executable, sandbox)
+            return self._plain
+
+    def close(self) -> None:
+        with self._lock:
+            workers, self._workers = self._workers, None
+        if workers is not None:
+            workers.close()
+        self.sandboxing.close()
+
+
+_machines: dict[tuple[Path, bool], _NodeMachine] = {}
+_machines_lock = threading.Lock()
+
+
+def _machine_for(root: Path, sandbox: bool) -> _NodeMachine:
+    with _machines_lock:
+        machine = _machines.get((root, sandbox))
+        if machine is None:
+            machine = _machines[root, sandbox] = _NodeMachine(root, sandbox)
+        return machine
+
+
+def close_machines() -> None:
+    """Stop this process's node workers and sandboxes (tests; in a Ray worker their
+    lifelines end them with it)."""
+    with _machines_lock:
+        machines = list(_machines.values())
+        _machines.clear()
+    for machine in machines:
+        machine.close()
+
+
+def store_for(options: RemoteOptions) -> RemoteStore:
+    """One kept-alive store client per options record, for every task this Ray worker
+    runs: opened as the driver opened its own (headers, timeout, minimum rate)."""
+    with _stores_lock:
+        store = _stores.get(options)
+        if store is None:
+            opened = open_store(options)
+            assert opened is not None, "the driver sends remote tasks only with --remote_cache"
+            store = _stores[options] = opened
+        return store
+
+
+def _fetch_inputs(inputs: tuple[TaskInput, ...], cas: ContentStore, remote: RemoteStore) -> None:
     """Every input blob into this node's CAS: what it has already is never fetched again."""
     downloads = []
     for item in inputs:
@@ -203,22 +283,26 @@ def _fetch_inputs(inputs: tuple[TaskInput, ...], cas: ContentStore, remote: Remo
 
 
 def _make_execroot(
-    root: Path, action: Action, inputs: tuple[TaskInput, ...], cas: ContentStore
+    root: Path,
+    action: Action,
+    inputs: Mapping[str, Digest],
+    executable: Set[str],
+    cas: ContentStore,
 ) -> None:
     directories = {".tmp"}
-    for item in inputs:
-        directories.update(_ancestors(os.path.dirname(item.path)))
+    for path in inputs:
+        directories.update(_ancestors(os.path.dirname(path)))
     for file in action.outputs:
         directories.update(_ancestors(file.path if file.directory else os.path.dirname(file.path)))
     directories.discard("")
     root.mkdir(parents=True)
     for directory in sorted(directories, key=lambda d: d.count("/")):
         os.mkdir(root / directory)
-    for item in inputs:
-        cas.materialize(Digest(item.hash, item.size), root / item.path, item.executable)
+    for path, digest in inputs.items():
+        cas.materialize(digest, root / path, path in executable)
 
 
-def _upload(result: ActionResult, key: str, cas: ContentStore, remote: RemoteCache) -> None:
+def _upload(result: ActionResult, key: str, cas: ContentStore, remote: RemoteStore) -> None:
     """The result's blobs the remote cache lacks, then the entry (bazel-remote's order)."""
     variant: dict[Digest, bool] = {}
     for digest, executable in result.digests():

@@ -11,16 +11,7 @@ from dataclasses import dataclass
 
 from kiln.action_graph import Action
 from kiln.cache.action_cache import ActionResult
-
-
-@dataclass(frozen=True)
-class CacheConfig:
-    """How a node reaches the remote cache that driver and workers share (--remote_*)."""
-
-    url: str
-    headers: tuple[tuple[str, str], ...] = ()
-    timeout: float = 60.0
-    instance_name: str = ""
+from kiln.remote.options import RemoteOptions
 
 
 @dataclass(frozen=True)
@@ -47,11 +38,12 @@ class RemoteTask:
     key: str
     inputs: tuple[TaskInput, ...]
     digest_function: str
-    cache: CacheConfig
+    remote: RemoteOptions  # the driver's --remote_*: the node's store is opened from it
     timeout: float | None
     # The wheels of the action's third-party packages, for an action with a python_env;
     # the node makes the environment from these alone (node_env.py).
     wheels: tuple[TaskWheel, ...] = ()
+    sandbox: bool = True  # --sandbox: the node sandboxes the command where it can
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,13 @@ from typing import TYPE_CHECKING
 from kiln.cache.action_cache import ActionResult
 from kiln.cache.cas import BlobMismatch, ContentStore
 from kiln.cache.digest import Digest
-from kiln.cache.remote import RemoteCache, RemoteError
+from kiln.cache.remote_store import RemoteError, RemoteStore
+from kiln.exec.outcome import Source
 from kiln.exec.remote_spawn import RemoteSpawn, RemoteSpawnResult
+from kiln.exec.spawn import SpawnResult
+from kiln.remote.options import RemoteOptions
 from kiln.remote_exec.cluster import Cluster, ClusterUnreachable, TaskLost
-from kiln.remote_exec.protocol import CacheConfig, RemoteTask, TaskInput, TaskResult, TaskWheel
+from kiln.remote_exec.protocol import RemoteTask, TaskInput, TaskResult, TaskWheel
 from kiln.remote_exec.routing import Route, infeasible, route
 
 if TYPE_CHECKING:
@@ -47,9 +50,9 @@ class RaySpawner:
     def __init__(
         self,
         cluster: Cluster,
-        remote: RemoteCache,
+        remote: RemoteStore,
         cas: ContentStore,
-        cache_config: CacheConfig,
+        options: RemoteOptions,
         *,
         digest_function: str,
         retries: int,
@@ -59,7 +62,7 @@ class RaySpawner:
         self.cluster = cluster
         self.remote = remote
         self.cas = cas
-        self.cache_config = cache_config
+        self.options = options  # travels to the nodes, which open their store from it
         self.digest_function = digest_function
         self.retries = retries
         self._warn = warn
@@ -71,20 +74,20 @@ class RaySpawner:
 
     def spawn_remote(self, spawn: RemoteSpawn) -> RemoteSpawnResult:
         if self._cancelled:
-            return RemoteSpawnResult(None, -1, crashed=True, message="interrupted")
+            return RemoteSpawnResult.failed("interrupted", crashed=True)
         needed = route(spawn.action)
         try:
             why = infeasible(needed, self.cluster.nodes())
             if why is not None:  # a node may have joined since: ask once more
                 why = infeasible(needed, self.cluster.nodes(refresh=True))
         except ClusterUnreachable as error:
-            return RemoteSpawnResult(None, -1, message=error.message, unreachable=True)
+            return RemoteSpawnResult.failed(error.message, unreachable=True)
         if why is not None:
-            return RemoteSpawnResult(None, -1, message=why)
+            return RemoteSpawnResult.failed(why)
         try:
             self._upload_inputs(spawn)
         except RemoteError as error:
-            return RemoteSpawnResult(None, -1, message=f"cannot upload its inputs: {error.message}")
+            return RemoteSpawnResult.failed(f"cannot upload its inputs: {error.message}")
         task = RemoteTask(
             spawn.action,
             spawn.key,
@@ -93,18 +96,19 @@ class RaySpawner:
                 for path, item in sorted(spawn.inputs.items())
             ),
             self.digest_function,
-            self.cache_config,
+            self.options,
             spawn.timeout,
             tuple(TaskWheel(w.file_name, w.digest.hash, w.digest.size) for w in spawn.wheels),
+            spawn.sandbox,
         )
         try:
             ended = self._run(task, needed, spawn.give_up)
         except ClusterUnreachable as error:
-            return RemoteSpawnResult(None, -1, message=error.message, unreachable=True)
+            return RemoteSpawnResult.failed(error.message, unreachable=True)
         except TaskLost as lost:
-            return RemoteSpawnResult(None, -1, crashed=True, message=f"remote task lost: {lost}")
+            return RemoteSpawnResult.failed(f"remote task lost: {lost}", crashed=True)
         if isinstance(ended, str):
-            return RemoteSpawnResult(None, -1, message=ended)
+            return RemoteSpawnResult.failed(ended)
         return self._bring_back(ended)
 
     def _run(
@@ -158,26 +162,27 @@ class RaySpawner:
             self._report(f"{ended.node}: {note}")
         if ended.result is None:
             message = ended.message or f"exited with code {ended.exit_code}"
-            return RemoteSpawnResult(
-                None,
+            run = SpawnResult(
                 ended.exit_code,
                 ended.seconds,
+                Source.RAN_REMOTELY,
                 ended.node,
                 ended.crashed,
                 message,
-                ended.output,
             )
+            return RemoteSpawnResult(run, output=ended.output)
         try:
             self._download(ended.result)
         except BlobMismatch as error:
             message = f"an output from the remote cache does not match its digest: {error.message}"
-            return RemoteSpawnResult(None, -1, ended.seconds, ended.node, message=message)
+            return RemoteSpawnResult.failed(message, seconds=ended.seconds, lane=ended.node)
         except RemoteError as error:
             message = f"cannot download its outputs: {error.message}"
-            return RemoteSpawnResult(None, -1, ended.seconds, ended.node, message=message)
+            return RemoteSpawnResult.failed(message, seconds=ended.seconds, lane=ended.node)
         with self._lock:
             self._in_remote.update(d for d, _ in ended.result.digests())
-        return RemoteSpawnResult(ended.result, 0, ended.seconds, ended.node, printed=ended.printed)
+        run = SpawnResult(0, ended.seconds, Source.RAN_REMOTELY, ended.node)
+        return RemoteSpawnResult(run, ended.result, printed=ended.printed)
 
     def _download(self, result: ActionResult) -> None:
         """Every blob of the result into this CAS, verified as it is written."""

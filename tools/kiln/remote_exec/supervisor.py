@@ -19,6 +19,7 @@ exactly the action's environment.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import select
 import signal
@@ -26,8 +27,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kiln.exec.local_spawner import LocalSpawner
+from kiln.exec.outcome import Source
+from kiln.exec.spawn import SpawnRequest, SpawnResult, resolve_argv
+
+if TYPE_CHECKING:
+    from kiln.sandbox.client import Sandbox
 
 SUPERVISOR = r"""
 import os, signal, subprocess, sys, threading
@@ -56,12 +64,41 @@ os.write(status, (b"signal %d\n" % -code) if code < 0 else (b"exit %d\n" % code)
 _SUPERVISOR_START_S = 30.0  # for the supervisor to report its pid (a loaded machine)
 
 
-@dataclass(frozen=True)
-class Ended:
-    exit_code: int
-    seconds: float
-    crashed: bool = False
-    message: str = ""
+class SupervisorSpawner:
+    """The Spawner (exec/spawn.py) of a worker node's plain commands: each under the
+    supervisor. With a sandbox, the sandbox host starts the command instead: it holds a
+    lifeline of its own (sandbox/client.py), so it too dies with the Ray worker."""
+
+    def __init__(self, python: str, sandbox: Sandbox | None = None) -> None:
+        self._python = python
+        self._sandboxed = None if sandbox is None else LocalSpawner(python, sandbox)
+
+    @property
+    def sandboxed(self) -> bool:
+        return self._sandboxed is not None
+
+    def spawn(self, request: SpawnRequest) -> SpawnResult:
+        if self._sandboxed is not None:
+            ran = self._sandboxed.spawn(request)
+            return dataclasses.replace(ran, source=Source.RAN_REMOTELY)
+        return run(
+            resolve_argv(request.argv, self._python),
+            cwd=request.execroot,
+            env=request.env,
+            stdout=request.stdout,
+            stderr=request.stderr,
+            timeout=request.timeout,
+        )
+
+    def cancel_all(self) -> None:
+        pass  # a Ray cancel kills the worker: the lifelines take the commands with it
+
+    def close(self) -> None:
+        pass
+
+
+def _ended(exit_code: int, seconds: float, crashed: bool = False, message: str = "") -> SpawnResult:
+    return SpawnResult(exit_code, seconds, Source.RAN_REMOTELY, crashed=crashed, message=message)
 
 
 def run(
@@ -72,7 +109,7 @@ def run(
     stdout: Path,
     stderr: Path,
     timeout: float | None,
-) -> Ended:
+) -> SpawnResult:
     """Run argv to its end under the supervisor; a timeout kills its whole group."""
     start = time.monotonic()
     lifeline_r, lifeline_w = os.pipe()  # close-on-exec: only the supervisor gets the ends
@@ -96,14 +133,14 @@ def run(
         reader = _Lines(status_r)
         first = reader.line(_SUPERVISOR_START_S)
         if first is None or not first.isdigit():
-            return Ended(-1, time.monotonic() - start, True, "its supervisor did not start")
+            return _ended(-1, time.monotonic() - start, True, "its supervisor did not start")
         group = int(first)
         try:
             deadline = None if timeout is None else start + timeout
             last = reader.line(None if deadline is None else max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             _kill_group(group)
-            return Ended(-1, time.monotonic() - start, message=f"timed out after {timeout:g} s")
+            return _ended(-1, time.monotonic() - start, message=f"timed out after {timeout:g} s")
         except BaseException:  # a soft ray.cancel: KeyboardInterrupt in the task
             _kill_group(group)
             raise
@@ -116,12 +153,12 @@ def run(
     seconds = time.monotonic() - start
     kind, _, number = (last or "").partition(" ")
     if kind == "exit" and number.isdigit():
-        return Ended(int(number), seconds)
+        return _ended(int(number), seconds)
     if kind == "signal" and number.isdigit():
         signum = int(number)
         name = signal.Signals(signum).name if signum in signal.valid_signals() else number
-        return Ended(-signum, seconds, crashed=True, message=f"killed by signal {name}")
-    return Ended(-1, seconds, crashed=True, message="its supervisor was killed")
+        return _ended(-signum, seconds, crashed=True, message=f"killed by signal {name}")
+    return _ended(-1, seconds, crashed=True, message="its supervisor was killed")
 
 
 def _supervisor(lifeline: int, status: int) -> list[str]:
