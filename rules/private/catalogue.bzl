@@ -265,6 +265,7 @@ CODE = {
         "kiln/actions/spec.py",
         "kiln/actions/torchvision_cpu.py",
         "kiln/actions/validate.py",
+        "kiln/cpu_isa.py",
         "kiln/fork_server.py",
     ],
 }

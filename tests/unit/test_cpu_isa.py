@@ -95,3 +95,18 @@ def test_host_isa_agrees_with_what_inductor_picks(capability: str | None) -> Non
     )
     expected = torch_pick if torch_pick != "INVALID_VEC_ISA" else ""
     assert cpu_isa.isa_of(kiln_pick).vec_isa == expected
+
+
+def test_a_package_needs_kilns_flags_or_else_what_torch_recorded() -> None:
+    kiln_package = {
+        "kiln.cpu_isa": "x86-64-v3",
+        "kiln.cpu_isa_flags": "avx avx2",
+        "AOTI_CPU_ISA": "AVX2",
+    }
+    assert cpu_isa.needed_by(kiln_package) == ("x86-64-v3", ["avx", "avx2"])
+    torch_only = {"AOTI_CPU_ISA": "AVX512 AVX512_VNNI AMX_TILE"}
+    assert cpu_isa.needed_by(torch_only) == (
+        "AVX512 AVX512_VNNI AMX_TILE",
+        ["avx512f", "avx512_vnni", "amx_tile"],
+    )
+    assert cpu_isa.needed_by({"AOTI_CPU_ISA": "INVALID_VEC_ISA"})[1] == []

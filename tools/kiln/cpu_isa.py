@@ -127,9 +127,29 @@ def host_isa() -> str:
     """The name of the Isa inductor would compile for here ("" off Linux x86-64)."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return ""
-    try:
-        with open(CPUINFO, encoding="utf-8") as text:
-            flags = cpu_flags(text.read())
-    except OSError:
+    flags = this_cpu_flags()
+    if flags is None:
         return ""
     return pick(flags, os.environ.get(CAPABILITY_ENV)).name
+
+
+def needed_by(metadata: dict[str, str]) -> tuple[str, list[str]]:
+    """(the instruction set, the /proc/cpuinfo flags) a package's metadata says it needs:
+    kiln's kiln.cpu_isa and kiln.cpu_isa_flags, else torch's AOTI_CPU_ISA, whose words
+    lower-cased are cpuinfo flags (but AVX512, which is avx512f). The loaders' templates
+    hold the same reading."""
+    flags = metadata.get("kiln.cpu_isa_flags", "").split()
+    aoti = metadata.get("AOTI_CPU_ISA", "")
+    if not flags:
+        words = aoti.lower().split()
+        flags = ["avx512f" if w == "avx512" else w for w in words if w != "invalid_vec_isa"]
+    return metadata.get("kiln.cpu_isa") or aoti, flags
+
+
+def this_cpu_flags() -> frozenset[str] | None:
+    """This CPU's flags; None where /proc/cpuinfo cannot be read (nothing to check)."""
+    try:
+        with open(CPUINFO, encoding="utf-8") as text:
+            return cpu_flags(text.read())
+    except OSError:
+        return None
