@@ -12,6 +12,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from kiln.action_specs import CompileSpec
+from kiln.actions.aoti_compile import inductor_configs
 from kiln.actions.errors import ActionError
 from kiln.actions.isa_compile import check_package, compile_env, violation
 
@@ -71,3 +73,18 @@ def test_the_compile_selects_the_level_and_vector_isa() -> None:
         "ATEN_CPU_CAPABILITY": "avx512",
     }
     assert compile_env(None) == {}
+
+
+def test_the_level_is_an_inductor_config_not_only_the_environment() -> None:
+    """torch reads TORCHINDUCTOR_CPP_MARCH once, on importing its config: a persistent
+    worker that had imported torch compiled an x86-64-v3 package with -march=native."""
+    spec = CompileSpec(
+        structure="s.pt2",
+        output="p.pt2",
+        layout="l.json",
+        device="cpu",
+        cpu_target="x86-64-v3",
+        cpu_isa="x86-64-v3",
+        inductor_configs={"cpp.march": "native"},
+    )
+    assert inductor_configs(spec, "k")["cpp.march"] == "x86-64-v3"  # the declared level wins

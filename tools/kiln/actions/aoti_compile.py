@@ -40,7 +40,7 @@ from kiln.action_specs import CompileSpec
 from kiln.actions import spec as action_spec
 from kiln.actions.errors import ActionError, summary
 from kiln.actions.inductor_cache import private_inductor_cache
-from kiln.actions.isa_compile import check_package, compile_env, pinned_vec_isa
+from kiln.actions.isa_compile import check_package, compile_env, isa_configs, pinned_vec_isa
 from kiln.actions.spec import ActionFailure
 from kiln.actions.temp_state import pin_temp_dirs
 
@@ -119,6 +119,7 @@ def inductor_configs(spec: CompileSpec, key: str) -> dict[str, Any]:
         **REPRODUCIBLE_CONFIGS.get(spec.device, {}),
         **configs,
         **SPLIT_CONFIGS,
+        **isa_configs(spec.cpu_isa),
         METADATA: {**{str(k): str(v) for k, v in metadata.items()}, "kiln.compile_key": key},
     }
 

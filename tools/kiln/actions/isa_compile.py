@@ -5,7 +5,7 @@ this CPU has (AMX where there is one): the package then needs the build
 machine's CPU, whatever its key says. AotiCompile instead compiles for the Isa
 the rule resolved (kiln.cpu_isa):
 
-    -march=<the Isa's level>         TORCHINDUCTOR_CPP_MARCH
+    -march=<the Isa's level>         inductor's cpp.march (and TORCHINDUCTOR_CPP_MARCH)
     exactly the Isa's vector ISA     inductor's list of valid vector ISAs is pinned
                                      to that one (no probing of this CPU), with the
                                      optional AVX-512 BF16 and AMX FP16 left off
@@ -39,6 +39,16 @@ def compile_env(isa_name: str | None) -> dict[str, str]:
         return {}
     isa = cpu_isa.isa_of(isa_name)
     return {"TORCHINDUCTOR_CPP_MARCH": isa.march, cpu_isa.CAPABILITY_ENV: isa.capability}
+
+
+def isa_configs(isa_name: str | None) -> dict[str, str]:
+    """The inductor_configs that set `isa_name`'s -march. Not TORCHINDUCTOR_CPP_MARCH
+    alone: torch reads it once, when its config is imported, so a worker that imported
+    torch for an earlier action compiled with -march=native (AVX-512 code in an x86-64-v3
+    package on an AVX-512 machine: the check below found it)."""
+    if isa_name is None:
+        return {}
+    return {"cpp.march": cpu_isa.isa_of(isa_name).march}
 
 
 @contextlib.contextmanager
