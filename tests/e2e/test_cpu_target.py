@@ -37,7 +37,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelWorkspace]:
 
 def _metadata(package: Path) -> dict[str, str]:
     with zipfile.ZipFile(package) as archive:
-        (record,) = [r for r in archive.namelist() if r.endswith("_metadata.json")]
+        (record,) = [r for r in archive.namelist() if r.endswith(".wrapper_metadata.json")]
         loaded: dict[str, str] = json.loads(archive.read(record))
     return loaded
 

@@ -373,6 +373,6 @@ def test_the_package_names_the_instruction_set_it_was_compiled_for(repo_examples
 
 def _metadata(package: Path) -> dict[str, str]:
     with zipfile.ZipFile(package) as archive:
-        (record,) = [r for r in archive.namelist() if r.endswith("_metadata.json")]
+        (record,) = [r for r in archive.namelist() if r.endswith(".wrapper_metadata.json")]
         loaded: dict[str, str] = json.loads(archive.read(record))
     return loaded

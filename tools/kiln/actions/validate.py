@@ -212,10 +212,11 @@ def checks(spec: ValidateSpec, progress: Path) -> None:
 def _check_this_cpu(spec: ValidateSpec) -> None:
     """Refuse to run a package whose code needs instructions this CPU lacks (a named
     cpu_target above this machine's): it would die of SIGILL, saying nothing."""
-    with zipfile.ZipFile(spec.package) as archive:
-        names = archive.namelist()
-        records = [r for r in names if r.endswith("_metadata.json") and "/aotinductor/" in r]
-        metadata = json.loads(archive.read(records[0])) if records else {}
+    metadata: dict[str, str] = {}
+    with zipfile.ZipFile(spec.package) as archive:  # the wrapper's and the kernels' metadata
+        for record in archive.namelist():
+            if record.endswith("_metadata.json") and "/aotinductor/" in record:
+                metadata.update(json.loads(archive.read(record)))
     isa, needed = cpu_isa.needed_by(metadata)
     here = cpu_isa.this_cpu_flags()
     missing = cpu_isa.lacking(needed, here) if here is not None else []
