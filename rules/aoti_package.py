@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.rule_api import (
+    DEFAULT_CPU_TARGET,
     GPUS,
     Backend,
     CompileSpec,
@@ -39,6 +40,7 @@ from kiln.rule_api import (
     Device,
     ExportSpec,
     File,
+    HostFacts,
     JoinSpec,
     LabelAttr,
     PackageSpec,
@@ -53,6 +55,7 @@ from kiln.rule_api import (
     TrtRefit,
     ValidateSpec,
     WeightsForm,
+    resolve_cpu_target,
 )
 from kiln.rules import aoti_loader
 from kiln.rules.torch_model import TorchModelInfo
@@ -85,8 +88,10 @@ class AotiPackageAttrs(RuleAttrs):
         description="'inductor' (AOTInductor) or 'tensorrt' (Torch-TensorRT engines inside)",
     )
     cpu_target: CpuTarget = Field(
-        default="native",
-        description="the CPU instruction set inductor compiles for ('native': this machine's)",
+        default=DEFAULT_CPU_TARGET,
+        description="the x86-64 level inductor compiles for: 'x86-64-v3' (AVX2, the default: "
+        "every x86 server in service), 'x86-64-v4' (AVX-512), or 'native': what inductor "
+        "picks on the analyzing machine, resolved there and keyed (docs/models.md)",
     )
     inductor_configs: dict[str, Any] = Field(
         default_factory=dict, description="torch._inductor config overrides, by name"
@@ -248,7 +253,11 @@ class _Actions:
         self.packages = packages
         self.python_env = python_env
         self.gpu = 1 if ctx.attrs.device == "cuda" else 0
-        self.platform = {"device": ctx.attrs.device, **(_gpu_properties(ctx) if self.gpu else {})}
+        self.platform = {
+            "device": ctx.attrs.device,
+            **(_gpu_properties(ctx) if self.gpu else {}),
+            **_native_properties(ctx),
+        }
 
     def run(
         self,
@@ -330,6 +339,7 @@ def _compile_and_join(
             layout=layout.path,
             device=attrs.device,
             cpu_target=attrs.cpu_target,
+            cpu_isa=_cpu_isa(ctx),
             inductor_configs=attrs.inductor_configs,
         ),
     )
@@ -352,6 +362,7 @@ def _compile_and_join(
                 model=model.label,
                 device=attrs.device,
                 cpu_target=attrs.cpu_target,
+                cpu_isa=_cpu_isa(ctx),
                 toolchain={"python": ctx.host.python, "os": ctx.host.os, "arch": ctx.host.arch},
             ),
         ),
@@ -514,6 +525,27 @@ def _check_split_settings(ctx: RuleContext[AotiPackageAttrs]) -> None:
                 "inductor_configs 'aot_inductor.metadata' must be a dict of strings whose keys "
                 "do not start with 'kiln.' (kiln's provenance keys)"
             )
+
+
+def _cpu_isa(ctx: RuleContext[AotiPackageAttrs]) -> str | None:
+    """The instruction set the compile targets: cpu_target, with `native` resolved to
+    what inductor picks on the host that analyzes (kiln.cpu_isa)."""
+    isa = resolve_cpu_target(ctx.attrs.cpu_target, _compiling_host(ctx).cpu_isa)
+    return isa.name if isa else None
+
+
+def _compiling_host(ctx: RuleContext[AotiPackageAttrs]) -> HostFacts:
+    # A CUDA package is compiled where GPU actions run (its CPU wrapper too).
+    return ctx.gpu_host if ctx.attrs.device == "cuda" else ctx.host
+
+
+def _native_properties(ctx: RuleContext[AotiPackageAttrs]) -> dict[str, str]:
+    """`native` is this host's instruction set: its actions run on a machine of that
+    set alone (remote execution matches a node's cpu_isa), and the key holds it. A
+    named level compiles alike on any host, so it holds none."""
+    if ctx.attrs.cpu_target != "native":
+        return {}
+    return {"cpu_isa": _compiling_host(ctx).cpu_isa or "-"}
 
 
 def _gpu_properties(ctx: RuleContext[AotiPackageAttrs]) -> dict[str, str]:

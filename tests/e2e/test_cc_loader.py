@@ -33,6 +33,7 @@ from kiln.rules.aoti_package import AotiPackageAttrs
 from kiln.rules.torch_model import TorchModelInfo
 
 from tests.e2e.conftest import SESSION_ENV
+from tests.e2e.cpu_claims import claim_beyond_this_cpu
 from tests.model_fixtures import DETECTOR, model_info, rule_context
 
 REPO = Path(__file__).resolve().parents[2]
@@ -416,6 +417,22 @@ def test_wrong_dtype_and_missing_package_are_clear_errors(gxx_app: Path, built: 
     run = _run([str(gxx_app), str(built.loader / "missing.pt2"), str(BATCH)])
     assert run.returncode == 2
     assert "MlpPt2: no package at '" in run.stderr
+
+
+@pytest.mark.torch
+def test_a_package_for_an_instruction_set_this_cpu_lacks_is_refused(
+    gxx_app: Path, built: Built, tmp_path: Path
+) -> None:
+    """Before loading, with one line and exit status 1: no SIGILL in the first call."""
+    claimed = tmp_path / "mlp_pt2.pt2"
+    isa, missing = claim_beyond_this_cpu(built.package, claimed)
+    run = _run([str(gxx_app), str(claimed), str(BATCH)])
+    assert run.returncode == 1, run.stderr
+    assert run.stdout == ""
+    assert run.stderr == (
+        f"model_app: failed: MlpPt2: the package '{claimed}' needs the instruction set {isa}; "
+        f"this CPU lacks {' '.join(missing)}\n"
+    )
 
 
 @pytest.mark.torch

@@ -20,12 +20,15 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kiln import cpu_isa
 from kiln.rules.aoti_loader import LoaderSource, render_python_loader
 
+from tests.e2e.cpu_claims import claim_beyond_this_cpu
 from tests.e2e.test_aoti_package import REPO, make_workspace
 from tests.e2e.test_cc_loader import (
     BATCH,
@@ -337,3 +340,39 @@ def test_weights_load_at_start_or_swap_in_checked(
     assert said["garbage"].startswith("MlpPt2: '")
     assert "is not a safetensors file" in said["garbage"]
     assert said["provenance"] == "//models:mlp_sep_pt2"
+
+
+def test_a_package_for_an_instruction_set_this_cpu_lacks_is_refused(
+    repo_examples: Path, tmp_path: Path
+) -> None:
+    """Before loading: its first call would die of SIGILL, with no word of why."""
+    shutil.copy(repo_examples / "mlp_pt2_loader.py", tmp_path)
+    isa, missing = claim_beyond_this_cpu(repo_examples / "mlp_pt2.pt2", tmp_path / "mlp_pt2.pt2")
+    run = subprocess.run(
+        [sys.executable, "-c", "import mlp_pt2_loader; mlp_pt2_loader.MlpPt2()"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 1
+    assert run.stderr.splitlines()[-1] == (
+        f"mlp_pt2_loader.CpuError: MlpPt2: the package '{tmp_path / 'mlp_pt2.pt2'}' needs the "
+        f"instruction set {isa}; this CPU lacks {' '.join(missing)}"
+    )
+
+
+def test_the_package_names_the_instruction_set_it_was_compiled_for(repo_examples: Path) -> None:
+    """The default, x86-64-v3: AVX2 code, which torch's own AOTI_CPU_ISA names too."""
+    metadata = _metadata(repo_examples / "mlp_pt2.pt2")
+    assert metadata["kiln.cpu_target"] == "x86-64-v3"
+    assert metadata["kiln.cpu_isa"] == "x86-64-v3"
+    assert metadata["kiln.cpu_isa_flags"].split() == list(cpu_isa.isa_of("x86-64-v3").flags)
+    assert metadata["AOTI_CPU_ISA"] == "AVX2"
+
+
+def _metadata(package: Path) -> dict[str, str]:
+    with zipfile.ZipFile(package) as archive:
+        (record,) = [r for r in archive.namelist() if r.endswith(".wrapper_metadata.json")]
+        loaded: dict[str, str] = json.loads(archive.read(record))
+    return loaded

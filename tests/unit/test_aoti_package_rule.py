@@ -12,8 +12,12 @@ import json
 from typing import Any
 
 import pytest
+from kiln import cpu_isa
 from kiln.action_graph import Action, File
-from kiln.rule_api import AnalysisError, AnalyzedTarget, DefaultInfo
+from kiln.cache.digest import digest_bytes
+from kiln.exec.action_key import compute_key
+from kiln.host_facts import HostFacts, ToolchainResolver
+from kiln.rule_api import AnalysisError, AnalyzedTarget, DefaultInfo, RuleContext
 from kiln.rules.aoti_package import RULE, AotiPackageAttrs, implementation
 from kiln.rules.torch_model import TorchModelInfo
 
@@ -101,7 +105,8 @@ def test_the_compile_spec_holds_no_label_path_of_weights_or_model() -> None:
         "output": "kiln-out/models/mlp_pt2.program.pt2",
         "layout": "kiln-out/models/mlp_pt2.layout.json",
         "device": "cpu",
-        "cpu_target": "native",
+        "cpu_target": "x86-64-v3",
+        "cpu_isa": "x86-64-v3",
         "inductor_configs": {"max_autotune": False},
     }
     join = _spec(actions, "mlp_pt2.join.json")
@@ -174,3 +179,84 @@ def test_settings_that_put_weight_values_into_code_are_refused(
 def test_freezing_off_and_user_metadata_are_fine() -> None:
     _, actions = _analyze(inductor_configs={"freezing": False, "aot_inductor.metadata": {"a": "b"}})
     assert _spec(actions, "mlp_pt2.compile.json")["inductor_configs"]["freezing"] is False
+
+
+# -- cpu_target: the default runs anywhere x86-64-v3; `native` is the host's, keyed ------------
+
+
+def _keys_on(host: HostFacts, **attrs: Any) -> dict[str, str]:
+    """The key of each action of mlp_pt2 analyzed on `host`, by output (the graph's
+    inputs: each spec by its content, other files by one fixed digest)."""
+    validated = AotiPackageAttrs.model_validate({"name": "mlp_pt2", "model": MLP.label, **attrs})
+    target = AnalyzedTarget(
+        MLP.label, {TorchModelInfo: WEIGHTED, DefaultInfo: DefaultInfo(tuple(WEIGHTED.files))}
+    )
+    ctx = RuleContext(
+        RULE, "//models:mlp_pt2", validated, {MLP.label: target}, ToolchainResolver(host)
+    )
+    implementation(ctx)
+    actions = ctx.actions.declared
+    written = {a.outputs[0].path: digest_bytes(a.content) for a in actions if a.content}
+    keys: dict[str, str] = {}
+    for action in actions:
+        digests = {f.path: written.get(f.path, digest_bytes(b"input")) for f in action.inputs}
+        key = compute_key(action, digests, "sha256").key
+        keys.update(dict.fromkeys((f.path for f in action.outputs), key))
+    return keys
+
+
+def _host_under(monkeypatch: pytest.MonkeyPatch, capability: str) -> HostFacts:
+    """This machine as torch's detection sees it under ATEN_CPU_CAPABILITY=`capability`:
+    a host of another instruction set, simulated by the override torch honours."""
+    monkeypatch.setenv(cpu_isa.CAPABILITY_ENV, capability)
+    cpu_isa.host_isa.cache_clear()
+    try:
+        return HostFacts.of_this_machine()
+    finally:
+        cpu_isa.host_isa.cache_clear()
+
+
+def test_two_hosts_of_other_instruction_sets_differ_for_native_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    avx2 = _host_under(monkeypatch, "avx2")
+    plain = _host_under(monkeypatch, "default")
+    if avx2.cpu_isa != "x86-64-v3":
+        pytest.skip(f"this CPU has no AVX2 ({avx2.cpu_isa})")
+    assert plain.cpu_isa in ("x86-64", "x86-64-v2")
+
+    compiled = "kiln-out/models/mlp_pt2.program.pt2"
+    native = _keys_on(avx2, cpu_target="native"), _keys_on(plain, cpu_target="native")
+    assert native[0][compiled] != native[1][compiled]
+    # the default: the same key on both hosts, for every action
+    assert _keys_on(avx2) == _keys_on(plain)
+    assert _keys_on(avx2) == _keys_on(avx2, cpu_target="x86-64-v3")
+
+
+def test_native_resolves_to_the_hosts_isa_in_spec_platform_and_provenance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    host = _host_under(monkeypatch, "avx2")
+    if host.cpu_isa != "x86-64-v3":
+        pytest.skip(f"this CPU has no AVX2 ({host.cpu_isa})")
+    validated = AotiPackageAttrs.model_validate(
+        {"name": "mlp_pt2", "model": MLP.label, "cpu_target": "native"}
+    )
+    target = AnalyzedTarget(
+        MLP.label, {TorchModelInfo: WEIGHTED, DefaultInfo: DefaultInfo(tuple(WEIGHTED.files))}
+    )
+    ctx = RuleContext(
+        RULE, "//models:mlp_pt2", validated, {MLP.label: target}, ToolchainResolver(host)
+    )
+    implementation(ctx)
+    actions = ctx.actions.declared
+    assert _spec(actions, "mlp_pt2.compile.json")["cpu_isa"] == "x86-64-v3"
+    assert _spec(actions, "mlp_pt2.join.json")["provenance"]["cpu_isa"] == "x86-64-v3"
+    for mnemonic in ("TorchExport", "AotiCompile", "AotiJoin", "AotiValidate"):
+        assert ("cpu_isa", "x86-64-v3") in _action(actions, mnemonic).platform
+
+
+def test_a_named_level_puts_no_host_fact_in_the_platform() -> None:
+    _, actions = _analyze(cpu_target="x86-64-v4")
+    assert _spec(actions, "mlp_pt2.compile.json")["cpu_isa"] == "x86-64-v4"
+    assert not any(name == "cpu_isa" for name, _ in _action(actions, "AotiCompile").platform)

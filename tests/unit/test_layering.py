@@ -18,6 +18,7 @@ LEAVES = (
     "kiln",
     "kiln.errors",
     "kiln.machine",
+    "kiln.cpu_isa",
     "kiln.code_digest",
     "kiln.cc_templates",
     "kiln.file_io",  # the user's text files read without hanging; OSErrors that name a file
@@ -32,12 +33,12 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kiln.layout": ("kiln.errors", "kiln.action_graph"),
     # the lock file format: loading makes @pip of it, the environment manager installs it
     "kiln.pip_lock": ("kiln.errors",),
-    "kiln.host_facts": ("kiln.machine",),
+    "kiln.host_facts": ("kiln.machine", "kiln.cpu_isa"),
     "kiln.cache": ("kiln.errors", "kiln.layout", "kiln.file_io"),
     "kiln.state_file": ("kiln.cache",),
     # python -m kiln.actions.<name>: the torch scripts read spec records, nothing of the engine
     "kiln.fork_server": (),
-    "kiln.actions": ("kiln.action_specs", "kiln.cc_templates", "kiln.fork_server"),
+    "kiln.actions": ("kiln.action_specs", "kiln.cc_templates", "kiln.fork_server", "kiln.cpu_isa"),
     # what rules/ sees: the records and a few leaves, behind one surface
     "kiln.rule_api": (*LEAVES, *RECORDS),
     "kiln.rules": ("kiln.rule_api", "kiln.rules.toolchain"),

@@ -475,6 +475,10 @@ class CompileSpec(Spec):
     layout: str
     device: Device
     cpu_target: CpuTarget
+    # What cpu_target resolved to at analysis (kiln.cpu_isa's name; `native`: the
+    # analyzing host's): the compile uses this, never the host it runs on. None: a
+    # `native` compile off x86-64, which inductor compiles for its host.
+    cpu_isa: str | None
     inductor_configs: dict[str, JsonValue]
 
 
@@ -516,6 +520,7 @@ class Provenance(Record):
     model: str  # the torch_model's label
     device: Device
     cpu_target: CpuTarget
+    cpu_isa: str | None  # what cpu_target resolved to (CompileSpec.cpu_isa)
     toolchain: dict[str, str]  # torch, python, os, arch: the versions the actions' key holds
 
 

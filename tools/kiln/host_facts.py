@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from kiln import machine
+from kiln import cpu_isa, machine
 from kiln.machine import Gpu
 
 T = TypeVar("T")
@@ -47,6 +47,9 @@ class HostFacts:
     # installed says nothing about what it computes, so it is kept out of keys.
     interpreter: str = field(compare=False)
     distributions: tuple[tuple[str, str], ...]  # (normalized name, version), sorted
+    # The instruction set inductor compiles for here (kiln.cpu_isa: "x86-64-v4+vnni+amx";
+    # "" off x86-64): what cpu_target = "native" resolves to.
+    cpu_isa: str = ""
 
     @staticmethod
     def of_this_machine() -> HostFacts:
@@ -57,6 +60,7 @@ class HostFacts:
             python_impl=sys.implementation.name,
             interpreter=sys.executable,
             distributions=machine.distributions(),
+            cpu_isa=cpu_isa.host_isa(),
         )
 
     def version(self, distribution: str) -> str | None:
@@ -64,7 +68,8 @@ class HostFacts:
         return dict(self.distributions).get(machine.normalized(distribution))
 
     def digest(self) -> str:
-        text = repr((self.os, self.arch, self.python, self.python_impl, self.distributions))
+        facts = (self.os, self.arch, self.python, self.python_impl, self.distributions)
+        text = repr((*facts, self.cpu_isa))
         return hashlib.sha256(text.encode()).hexdigest()
 
 

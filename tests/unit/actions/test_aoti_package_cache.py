@@ -62,12 +62,13 @@ def test_the_compile_of_a_structure_is_named_the_same_way(tmp_path: Path) -> Non
             layout=f"{root}/models/mlp_pt2.layout.json",
             device="cpu",
             cpu_target="native",
+            cpu_isa="x86-64-v4",
             inductor_configs={},
         )
 
     kiln, bazel = compile_spec("kiln-out"), compile_spec("bazel-out/k8-fastbuild/bin")
     assert inductor_cache_dir(kiln) == inductor_cache_dir(bazel)
-    other = kiln.model_copy(update={"cpu_target": "x86-64-v3"})
+    other = kiln.model_copy(update={"cpu_target": "x86-64-v3", "cpu_isa": "x86-64-v3"})
     assert inductor_cache_dir(other) != inductor_cache_dir(kiln)
 
 
@@ -78,6 +79,7 @@ def _compile(device: str, **configs: object) -> CompileSpec:
         layout="l.json",
         device=device,  # type: ignore[arg-type]
         cpu_target="native",
+        cpu_isa="x86-64-v4",
         inductor_configs=dict(configs),
     )
 

@@ -62,3 +62,19 @@ def test_the_code_of_the_actions_module_must_be_this_machines() -> None:
     stale = _action(argv, kiln_actions="0" * 64)
     assert [m.name for m in mismatches(stale, MachineOffer(HOST))] == ["kiln_actions"]
     assert mismatches(stale, MachineOffer(HOST), check_code=False) == []
+
+
+def test_a_native_action_runs_only_on_a_machine_of_its_instruction_set() -> None:
+    """cpu_target = "native" resolved on the driver: a node of another CPU refuses it."""
+    native = _action(cpu_isa="x86-64-v4+vnni+amx")
+    avx2_node = MachineOffer(
+        HostFacts("linux", "x86_64", "3.12.3", "cpython", "/p", (), cpu_isa="x86-64-v3")
+    )
+    assert describe(mismatches(native, avx2_node)) == (
+        "cpu_isa 'x86-64-v4+vnni+amx' (this machine: 'x86-64-v3')"
+    )
+    amx_node = MachineOffer(
+        HostFacts("linux", "x86_64", "3.12.3", "cpython", "/p", (), cpu_isa="x86-64-v4+vnni+amx")
+    )
+    assert mismatches(native, amx_node) == []
+    assert mismatches(_action(), avx2_node) == []  # a named level asks nothing of the CPU

@@ -39,7 +39,8 @@ from typing import Any
 from kiln.action_specs import CompileSpec
 from kiln.actions import spec as action_spec
 from kiln.actions.errors import ActionError, summary
-from kiln.actions.inductor_cache import cpu_target_env, private_inductor_cache
+from kiln.actions.inductor_cache import private_inductor_cache
+from kiln.actions.isa_compile import check_package, compile_env, isa_configs, pinned_vec_isa
 from kiln.actions.spec import ActionFailure
 from kiln.actions.temp_state import pin_temp_dirs
 
@@ -68,7 +69,7 @@ def main(spec: CompileSpec) -> None:
         _environment(
             TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
             TRITON_CACHE_DIR=str(cache / "triton"),
-            **cpu_target_env(spec.cpu_target),
+            **compile_env(spec.cpu_isa),
         ),
     ):
         pin_temp_dirs()
@@ -81,9 +82,10 @@ def main(spec: CompileSpec) -> None:
         structure = weights_split.load_structure(spec.structure, spec.device)
         configs = inductor_configs(spec, compile_key(spec, torch.__version__))
         try:
-            torch._inductor.aoti_compile_and_package(
-                structure, package_path=str(output), inductor_configs=configs
-            )
+            with pinned_vec_isa(spec.cpu_isa):
+                torch._inductor.aoti_compile_and_package(
+                    structure, package_path=str(output), inductor_configs=configs
+                )
         except Exception as error:
             raise ActionError(
                 f"AOTInductor compilation failed: {summary(error)}{_compiler_error(error)}",
@@ -91,6 +93,8 @@ def main(spec: CompileSpec) -> None:
                 "--verbose_failures shows torch's whole message",
                 cause=error,
             ) from error
+        if spec.cpu_isa is not None:
+            check_package(output, spec.cpu_isa)
         layout = layout_of(output, structure, spec.device)
     Path(spec.layout).write_text(layout.to_json(), encoding="utf-8")
 
@@ -115,6 +119,7 @@ def inductor_configs(spec: CompileSpec, key: str) -> dict[str, Any]:
         **REPRODUCIBLE_CONFIGS.get(spec.device, {}),
         **configs,
         **SPLIT_CONFIGS,
+        **isa_configs(spec.cpu_isa),
         METADATA: {**{str(k): str(v) for k, v in metadata.items()}, "kiln.compile_key": key},
     }
 
@@ -126,6 +131,7 @@ def compile_key(spec: CompileSpec, torch_version: str) -> str:
         "structure": file_digest(Path(spec.structure)),
         "device": spec.device,
         "cpu_target": spec.cpu_target,
+        "cpu_isa": spec.cpu_isa,
         "inductor_configs": spec.inductor_configs,
         "split_configs": SPLIT_CONFIGS,
         "reproducible_configs": REPRODUCIBLE_CONFIGS.get(spec.device, {}),

@@ -27,6 +27,7 @@ import json
 import sys
 from pathlib import Path
 
+from kiln import cpu_isa
 from kiln.action_specs import ConstantLayout, JoinSpec
 from kiln.actions import spec as action_spec
 from kiln.actions.aoti_compile import file_digest
@@ -112,6 +113,13 @@ def provenance(spec: JoinSpec, layout: ConstantLayout, unused: list[str]) -> dic
         "kiln.model": origin.model,
         "kiln.device": origin.device,
         "kiln.cpu_target": origin.cpu_target,
+        # The instruction set the code was compiled for and the /proc/cpuinfo flags it
+        # needs: the loaders refuse a CPU that lacks one (torch's AOTI_CPU_ISA names
+        # the vector ISA alone, not the level under it).
+        "kiln.cpu_isa": origin.cpu_isa or "",
+        "kiln.cpu_isa_flags": " ".join(cpu_isa.isa_of(origin.cpu_isa).flags)
+        if origin.cpu_isa
+        else "",
         "kiln.toolchain": " ".join(f"{k}={v}" for k, v in sorted(toolchain.items())),
         "kiln.compile_key": compile_key,
         "kiln.join_key": _digest(join),

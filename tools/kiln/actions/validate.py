@@ -25,17 +25,19 @@ child, never the worker); elsewhere it is a fresh `python -m`.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kiln import fork_server
+from kiln import cpu_isa, fork_server
 from kiln.action_specs import (
     GoldenOutputs,
     GoldenPoint,
@@ -141,6 +143,7 @@ def checks(spec: ValidateSpec, progress: Path) -> None:
     if spec.backend == "tensorrt":
         import torch_tensorrt  # noqa: F401 - registers the TensorRT engine class the package needs
 
+    _check_this_cpu(spec)
     goldens, tensors = read_goldens(spec.goldens)
     device = torch.device(spec.device)
     # AOTIModelPackageLoader itself: no torch._inductor import, nothing compiled (the
@@ -208,6 +211,27 @@ def checks(spec: ValidateSpec, progress: Path) -> None:
     )
     Path(spec.output).write_text(report.to_json(), encoding="utf-8")
     print(summary_text(report))
+
+
+def _check_this_cpu(spec: ValidateSpec) -> None:
+    """Refuse to run a package whose code needs instructions this CPU lacks (a named
+    cpu_target above this machine's): it would die of SIGILL, saying nothing."""
+    metadata: dict[str, str] = {}
+    with zipfile.ZipFile(spec.package) as archive:  # the wrapper's and the kernels' metadata
+        for record in archive.namelist():
+            if record.endswith("_metadata.json") and "/aotinductor/" in record:
+                metadata.update(json.loads(archive.read(record)))
+    isa, needed = cpu_isa.needed_by(metadata)
+    here = cpu_isa.this_cpu_flags()
+    missing = cpu_isa.lacking(needed, here) if here is not None else []
+    if missing:
+        raise ActionError(
+            f"this machine cannot run the package to validate it: it needs the instruction "
+            f"set {isa}; this CPU lacks {' '.join(missing)}",
+            label=spec.label,
+            hint="validate it on a machine of that instruction set, or build for a lower "
+            "cpu_target (docs/models.md)",
+        )
 
 
 def _point_check(golden: GoldenPoint, outputs: Sequence[OutputCheck]) -> ValidationCheck:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from kiln import __version__
+from kiln import __version__, cpu_isa
 from kiln.cli import flags
 from kiln.cli.session import Session
 from kiln.exec import host
@@ -45,6 +45,8 @@ def command(
         "disk_cache": str((disk_cache or cache_home()).expanduser().resolve()),
         "python": f"{platform.python_version()} ({sys.executable})",
         "host": f"{platform.system().lower()} {platform.machine()}",
+        # what aoti_package's cpu_target = "native" resolves to here (docs/models.md)
+        "cpu_isa": cpu_isa.host_isa() or "-",
         "cpus": str(host.cpu_count()),
         "gpus": str(host.gpu_count()),
         "memory_mb": str(host.memory_mb()),

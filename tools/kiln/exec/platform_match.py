@@ -13,6 +13,8 @@ it builds for. The same comparison decides
 What each property means here:
 
     os, arch, python, python_impl    the host facts of the interpreter that runs actions
+    cpu_isa                          the instruction set inductor compiles for there
+                                     (kiln.cpu_isa; a `native` package's actions hold it)
     gpu_name, compute_capability     the machine's first GPU ("-" without one)
     kiln_actions                     the digest of the action's own kiln.actions module
     cuda, tensorrt,                  what the TensorRT probe found, where the offer has
@@ -38,7 +40,7 @@ from kiln.host_facts import HostFacts
 from kiln.machine import Gpu
 
 # Properties of the machine itself (the rest that a machine can answer are distributions).
-_HOST = ("os", "arch", "python", "python_impl")
+_HOST = ("os", "arch", "python", "python_impl", "cpu_isa")
 _GPU = ("gpu_name", "compute_capability")
 PROBE_KEYS = ("cuda", "tensorrt", "torch_tensorrt_flavour")
 _ARTIFACT = ("device", "target_platform", "python_env")
@@ -67,6 +69,8 @@ class MachineOffer:
 
     def value(self, name: str) -> str | None:
         """This machine's value of property `name`; None where it is no machine property."""
+        if name == "cpu_isa":
+            return self.host.cpu_isa or "-"
         if name in _HOST:
             return str(getattr(self.host, name))
         if name in _GPU:

@@ -46,6 +46,9 @@ from kiln.action_specs import (
     WeightsSpec,
 )
 from kiln.cc_templates import class_name, environment
+from kiln.cpu_isa import DEFAULT_TARGET as DEFAULT_CPU_TARGET
+from kiln.cpu_isa import Isa
+from kiln.cpu_isa import resolve as resolve_cpu_target
 from kiln.host_facts import GPUS, Gpu, HostFacts, Toolchain
 from kiln.label import Label
 from kiln.rule_api.attrs import LabelAttr, LabelListAttr, OutputAttr, OutputListAttr, RuleAttrs
@@ -54,6 +57,7 @@ from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo
 from kiln.rule_api.rule import Rule
 
 __all__ = [
+    "DEFAULT_CPU_TARGET",
     "GPUS",
     "INTEGER_DTYPES",
     "PYTHON_ACTION_ENV",
@@ -73,6 +77,7 @@ __all__ = [
     "File",
     "Gpu",
     "HostFacts",
+    "Isa",
     "JoinSpec",
     "Label",
     "LabelAttr",
@@ -104,4 +109,5 @@ __all__ = [
     "WeightsSpec",
     "class_name",
     "environment",
+    "resolve_cpu_target",
 ]
