@@ -15,11 +15,19 @@ from kiln.code_digest import KILN_ROOT
 
 # layer -> the layers it may import (besides itself)
 LEAVES = ("kiln", "kiln.errors", "kiln.machine", "kiln.code_digest", "kiln.cc_templates")
-RECORDS = ("kiln.action_specs", "kiln.action_graph", "kiln.host_facts", "kiln.label")
+RECORDS = (
+    "kiln.action_specs",
+    "kiln.action_graph",
+    "kiln.host_facts",
+    "kiln.label",
+    "kiln.tensorrt_settings",
+)
 ALLOWED: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(LEAVES, ()),
     "kiln.label": ("kiln.errors",),
     "kiln.action_specs": (),
+    # the Torch-TensorRT settings kiln keeps off: rules refuse them, actions pass them off
+    "kiln.tensorrt_settings": (),
     "kiln.action_graph": (),
     # every file name of the output base and the disk cache (helper's seam: kiln/layout.py)
     "kiln.layout": ("kiln.errors", "kiln.action_graph"),
@@ -30,7 +38,12 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kiln.state_file": ("kiln.cache",),
     # python -m kiln.actions.<name>: the torch scripts read spec records, nothing of the engine
     "kiln.fork_server": (),
-    "kiln.actions": ("kiln.action_specs", "kiln.cc_templates", "kiln.fork_server"),
+    "kiln.actions": (
+        "kiln.action_specs",
+        "kiln.tensorrt_settings",
+        "kiln.cc_templates",
+        "kiln.fork_server",
+    ),
     # what rules/ sees: the records and a few leaves, behind one surface
     "kiln.rule_api": (*LEAVES, *RECORDS),
     "kiln.rules": ("kiln.rule_api", "kiln.rules.toolchain"),
