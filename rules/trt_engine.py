@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 from kiln.rule_api import (
+    TRT_FORCED_OFF,
     BuildGpu,
     DefaultInfo,
     DType,
@@ -74,14 +75,8 @@ from kiln.rules.trt_toolchain import TENSORRT
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # cross_compile_for_windows forces these off; kiln records them in the manifest and
-# never passes them (on Linux too: Torch-TensorRT's engine cache keys leave out the
-# weights, the TensorRT version and the GPU, so it must never stand in for kiln's).
-FORCED_OFF = (
-    "use_python_runtime",
-    "lazy_engine_init",
-    "cache_built_engines",
-    "reuse_cached_engines",
-)
+# never passes them (the engine cache is off on Linux too: kiln.tensorrt_settings).
+FORCED_OFF = tuple(TRT_FORCED_OFF)
 # Arguments kiln passes itself.
 RESERVED = (
     "inputs",

@@ -40,7 +40,7 @@ KILN_PY = {
     "kiln/actions/toolchain_paths.py": "tools/kiln/actions/toolchain_paths.py",
     "kiln/actions/torch_export.py": "tools/kiln/actions/torch_export.py",
     "kiln/actions/torchvision_cpu.py": "tools/kiln/actions/torchvision_cpu.py",
-    "kiln/actions/trt_compile.py": "tools/kiln/actions/trt_compile.py",
+    "kiln/actions/trt_compiler.py": "tools/kiln/actions/trt_compiler.py",
     "kiln/actions/trt_engine.py": "tools/kiln/actions/trt_engine.py",
     "kiln/actions/trt_refit.py": "tools/kiln/actions/trt_refit.py",
     "kiln/actions/validate.py": "tools/kiln/actions/validate.py",
@@ -94,6 +94,7 @@ KILN_PY = {
     "kiln/rules/trt_engine.py": "rules/trt_engine.py",
     "kiln/rules/trt_toolchain.py": "rules/trt_toolchain.py",
     "kiln/rules/trt_windows_engine.py": "rules/trt_windows_engine.py",
+    "kiln/tensorrt_settings.py": "tools/kiln/tensorrt_settings.py",
 }
 
 # Per kiln module an action runs: the import paths of the files it imports.
@@ -150,6 +151,7 @@ CODE = {
         "kiln/rules/trt_engine.py",
         "kiln/rules/trt_toolchain.py",
         "kiln/rules/trt_windows_engine.py",
+        "kiln/tensorrt_settings.py",
     ],
     "kiln.actions.aoti_compile": [
         "kiln/__init__.py",
@@ -190,17 +192,15 @@ CODE = {
         "kiln/actions/errors.py",
         "kiln/actions/inductor_cache.py",
         "kiln/actions/model_loading.py",
-        "kiln/actions/model_traps.py",
         "kiln/actions/spec.py",
         "kiln/actions/temp_state.py",
         "kiln/actions/tensorrt_backend.py",
         "kiln/actions/toolchain_paths.py",
-        "kiln/actions/torch_export.py",
         "kiln/actions/torchvision_cpu.py",
-        "kiln/actions/trt_compile.py",
-        "kiln/actions/trt_engine.py",
+        "kiln/actions/trt_compiler.py",
         "kiln/actions/trt_refit.py",
         "kiln/actions/weights_split.py",
+        "kiln/tensorrt_settings.py",
     ],
     "kiln.actions.init_weights": [
         "kiln/__init__.py",
@@ -252,10 +252,11 @@ CODE = {
         "kiln/actions/spec.py",
         "kiln/actions/torch_export.py",
         "kiln/actions/torchvision_cpu.py",
-        "kiln/actions/trt_compile.py",
+        "kiln/actions/trt_compiler.py",
         "kiln/actions/trt_engine.py",
         "kiln/actions/trt_refit.py",
         "kiln/actions/weights_split.py",
+        "kiln/tensorrt_settings.py",
     ],
     "kiln.actions.validate": [
         "kiln/__init__.py",

@@ -50,7 +50,7 @@ WORKSPACE = {
             weights = "w.safetensors",
             inputs = [
                 {"name": "x", "shape": [8, 10]},
-                {"name": "ids", "shape": [8], "dtype": "int64"},
+                {"name": "ids", "shape": [8], "dtype": "int64", "low": 0, "high": 100},
             ],
             dynamic_dims = [
                 {"name": "batch", "min": 1, "max": 64, "opt": 16, "axes": {"x": 0, "ids": 0}},

@@ -23,11 +23,19 @@ LEAVES = (
     "kiln.cc_templates",
     "kiln.file_io",  # the user's text files read without hanging; OSErrors that name a file
 )
-RECORDS = ("kiln.action_specs", "kiln.action_graph", "kiln.host_facts", "kiln.label")
+RECORDS = (
+    "kiln.action_specs",
+    "kiln.action_graph",
+    "kiln.host_facts",
+    "kiln.label",
+    "kiln.tensorrt_settings",
+)
 ALLOWED: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(LEAVES, ()),
     "kiln.label": ("kiln.errors",),
     "kiln.action_specs": (),
+    # the Torch-TensorRT settings kiln keeps off: rules refuse them, actions pass them off
+    "kiln.tensorrt_settings": (),
     "kiln.action_graph": (),
     # every file name of the output base and the disk cache (helper's seam: kiln/layout.py)
     "kiln.layout": ("kiln.errors", "kiln.action_graph"),
@@ -38,7 +46,13 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kiln.state_file": ("kiln.cache",),
     # python -m kiln.actions.<name>: the torch scripts read spec records, nothing of the engine
     "kiln.fork_server": (),
-    "kiln.actions": ("kiln.action_specs", "kiln.cc_templates", "kiln.fork_server", "kiln.cpu_isa"),
+    "kiln.actions": (
+        "kiln.action_specs",
+        "kiln.tensorrt_settings",
+        "kiln.cc_templates",
+        "kiln.fork_server",
+        "kiln.cpu_isa",
+    ),
     # what rules/ sees: the records and a few leaves, behind one surface
     "kiln.rule_api": (*LEAVES, *RECORDS),
     "kiln.rules": ("kiln.rule_api", "kiln.rules.toolchain"),

@@ -10,8 +10,8 @@ import torch
 from kiln.action_specs import ShapeRange
 from kiln.actions import trt_engine
 from kiln.actions.spec import ActionFailure
+from kiln.actions.trt_compiler import accepted_settings
 from kiln.actions.trt_engine import (
-    accepted_settings,
     engine_file_names,
     fallback_ops,
     find_engines,

@@ -6,58 +6,37 @@
     torch_tensorrt.save(trt_gm, "<name>.pt2", output_format="aot_inductor",
                         retrace=True, arg_inputs=...)
 
-Settings are passed only when the installed Torch-TensorRT accepts them:
-2.13 removed `use_explicit_typing` and `enabled_precisions` (strong typing
-is always on), and passing them there is an error. Each action gets its own
-TensorRT timing cache (the default is one file under /tmp that every build
-rewrites).
+The compile is TrtEngine's (kiln.actions.trt_compiler): the same policy for which
+settings the installed Torch-TensorRT accepts, Torch-TensorRT's engine cache off
+(kiln's keys decide reuse), a timing cache of the action's own.
 """
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Any
 
 from kiln.action_specs import PackageSpec, TensorRTSettings, TrtRefit
-from kiln.actions.model_loading import DTYPES, example_inputs
+from kiln.actions.model_loading import example_inputs
 from kiln.actions.spec import ActionFailure
-from kiln.actions.trt_engine import import_torch_tensorrt
-
-
-def compile_settings(compile_fn: Any, wanted: dict[str, Any]) -> dict[str, Any]:
-    """The settings `compile_fn` accepts; unknown ones are dropped (recorded by the caller)."""
-    accepted = inspect.signature(compile_fn).parameters
-    has_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
-    return {
-        k: v
-        for k, v in wanted.items()
-        if k in accepted or (has_kwargs and k != "use_explicit_typing")
-    }
+from kiln.actions.trt_compiler import compile_program, import_torch_tensorrt
 
 
 def package(
     program: Any, spec: PackageSpec, settings: TensorRTSettings, output: Path, scratch: Path
 ) -> None:
-    """Compile the exported program (its weights inside) and save it as a .pt2."""
-    import torch_tensorrt
-
-    inputs = [
-        torch_tensorrt.Input(
-            min_shape=list(r.min),
-            opt_shape=list(r.opt),
-            max_shape=list(r.max),
-            dtype=DTYPES[r.dtype],
-        )
-        for r in spec.signature.ranges()
-    ]
-    wanted = settings.compile_kwargs()
-    wanted["timing_cache_path"] = str(scratch / "timing.cache")
-    accepted = compile_settings(torch_tensorrt.dynamo.compile, wanted)
-    try:
-        trt_gm = torch_tensorrt.dynamo.compile(program, inputs=inputs, **accepted)
-    except Exception as error:
-        raise _failed(error) from error
+    """Compile the exported program (its weights inside) and save it as a .pt2: the same
+    compile as TrtEngine's (kiln.actions.trt_compiler: one settings policy, the engine
+    cache off)."""
+    torch_tensorrt = import_torch_tensorrt()
+    trt_gm, _, _ = compile_program(
+        torch_tensorrt,
+        program,
+        spec.signature.ranges(),
+        settings.compile_kwargs(),
+        windows=False,
+        scratch=scratch,
+    )
     _save(torch_tensorrt, trt_gm, spec, output)
 
 

@@ -18,8 +18,7 @@ from pathlib import Path
 from kiln.action_specs import TrtCompileSpec
 from kiln.actions import spec as action_spec
 from kiln.actions.spec import ActionFailure
-
-REFITTABLE = {"immutable_weights": False}
+from kiln.actions.trt_compiler import REFITTABLE
 
 
 def main(spec: TrtCompileSpec) -> None:
@@ -27,7 +26,8 @@ def main(spec: TrtCompileSpec) -> None:
 
     from kiln.actions import weights_split
     from kiln.actions.model_loading import dynamic_shapes, example_inputs
-    from kiln.actions.trt_engine import compile_program, import_torch_tensorrt, save_program
+    from kiln.actions.trt_compiler import compile_program, import_torch_tensorrt
+    from kiln.actions.trt_engine import save_program
 
     torch_tensorrt = import_torch_tensorrt()
     program = weights_split.load_structure(spec.structure, spec.device)

@@ -14,13 +14,8 @@ then the serialized engine of every TensorRT submodule (`_run_on_acc_N`), or of 
 inline engine where the module was loaded from a saved program (find_engines), goes to
 <name>.engines/ and a manifest to <name>.manifest.json (see build_manifest).
 
-Settings are passed only when the installed torch_tensorrt names them (2.13
-removed some); the manifest lists the ones left out. cross_compile_for_windows
-forces use_python_runtime, lazy_engine_init, cache_built_engines and
-reuse_cached_engines off: they are recorded, never passed. On Linux engine
-caching is passed off (its keys leave out weights, TensorRT version and GPU).
-Each action gets its own timing cache under its TMPDIR (the default is one
-shared file under /tmp).
+The compile, its settings policy and the engine cache forced off are
+kiln.actions.trt_compiler's; the manifest lists the settings left out.
 """
 
 from __future__ import annotations
@@ -31,10 +26,7 @@ import contextlib
 import hashlib
 import inspect
 import operator
-import os
 import sys
-import tempfile
-import traceback
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,19 +48,17 @@ from kiln.action_specs import (
 )
 from kiln.actions import spec as action_spec
 from kiln.actions.spec import ActionFailure
+from kiln.actions.trt_compiler import (  # the one compile and settings policy
+    COMPILE,
+    CROSS_COMPILE,
+    compile_program,
+    import_torch_tensorrt,
+)
+from kiln.actions.trt_compiler import brief as _brief
+from kiln.tensorrt_settings import FORCED_OFF
 
-COMPILE = "torch_tensorrt.dynamo.compile"
-CROSS_COMPILE = "torch_tensorrt.dynamo.cross_compile_for_windows"
 DOCUMENTED_SAVE = "torch_tensorrt.save"
 CODED_SAVE = "torch_tensorrt.dynamo.save_cross_compiled_exported_program"
-# What cross_compile_for_windows forces off (and the Windows runtime lacks).
-FORCED_OFF = {
-    "use_python_runtime": False,
-    "lazy_engine_init": False,
-    "cache_built_engines": False,
-    "reuse_cached_engines": False,
-}
-LINUX_OFF = {"cache_built_engines": False, "reuse_cached_engines": False}
 TRT_SUBMODULE_PREFIX = "_run_on_acc"
 # The op a loaded program calls its inline engines with (find_engines).
 EXECUTE_ENGINE = "tensorrt.execute_engine"
@@ -155,91 +145,6 @@ def main(spec: TrtEngineSpec) -> None:
     path = Path(spec.manifest)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(manifest.to_json())
-
-
-def import_torch_tensorrt() -> Any:
-    try:
-        import torch_tensorrt
-    except Exception as error:  # ImportError, or TensorRT's libraries failing to load
-        raise ActionFailure(
-            f"torch_tensorrt is not importable in the action's interpreter ({sys.executable}): "
-            f"{_brief(error)}"
-        ) from error
-    return torch_tensorrt
-
-
-def compile_program(
-    torch_tensorrt: Any,
-    program: Any,
-    ranges: tuple[ShapeRange, ...],
-    settings: dict[str, Any],
-    *,
-    windows: bool,
-) -> tuple[Any, dict[str, Any], list[str]]:
-    """(the compiled module, the settings passed, those the installed version lacks)."""
-    from kiln.actions.model_loading import DTYPES
-
-    inputs = [
-        torch_tensorrt.Input(
-            min_shape=list(r.min),
-            opt_shape=list(r.opt),
-            max_shape=list(r.max),
-            dtype=DTYPES[r.dtype],
-        )
-        for r in ranges
-    ]
-    scratch = Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / "kiln-trt"
-    scratch.mkdir(parents=True, exist_ok=True)
-    wanted = {k: v for k, v in settings.items() if k not in FORCED_OFF}
-    wanted["timing_cache_path"] = str(scratch / "timing.cache")
-    if windows:
-        api, compile_fn = CROSS_COMPILE, torch_tensorrt.dynamo.cross_compile_for_windows
-    else:
-        api, compile_fn = COMPILE, torch_tensorrt.dynamo.compile
-        wanted.update(LINUX_OFF)
-    passed, dropped = accepted_settings(compile_fn, wanted)
-    try:
-        trt_gm = compile_fn(program, arg_inputs=inputs, **passed)
-    except Exception as error:
-        raise ActionFailure(f"{api} failed: {_brief(error)}") from error
-    return trt_gm, {k: v for k, v in passed.items() if k != "timing_cache_path"}, dropped
-
-
-def accepted_settings(fn: Any, wanted: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """(the settings `fn` names as parameters, the names of those it does not).
-
-    A **kwargs parameter does not count: 2.13 raises on the names it removed. If no
-    named parameter can be found at all, every setting is passed.
-    """
-    named = _named_parameters(fn)
-    if not named:
-        return dict(wanted), []
-    passed = {k: v for k, v in wanted.items() if k in named}
-    return passed, sorted(k for k in wanted if k not in named)
-
-
-def _named_parameters(fn: Any) -> set[str]:
-    """The keyword-capable parameters of fn, looking through decorators.
-
-    cross_compile_for_windows is wrapped by @needs_cross_compile, a `wrapper(*args,
-    **kwargs)` without functools.wraps: its own signature names nothing, so follow
-    the one function its closure holds.
-    """
-    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    for _ in range(8):
-        try:
-            params = inspect.signature(fn).parameters  # follows __wrapped__
-        except (TypeError, ValueError):
-            return set()
-        named = {name for name, p in params.items() if p.kind in kinds}
-        if named:
-            return named
-        cells = getattr(fn, "__closure__", None) or ()
-        inner = [c.cell_contents for c in cells if inspect.isfunction(c.cell_contents)]
-        if len(inner) != 1:
-            return set()
-        fn = inner[0]
-    return set()
 
 
 def save_program(
@@ -688,20 +593,6 @@ def _build_gpu(torch: Any, spec: TrtEngineSpec) -> BuildGpu:
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         return BuildGpu(name=props.name, compute_capability=f"{props.major}.{props.minor}")
     return spec.build_gpu
-
-
-def _brief(error: BaseException) -> str:
-    """The error in a line; a bare one (`assert` without a message, inside Torch-TensorRT)
-    says where it was raised, the only clue it has."""
-    text = str(error).strip()
-    if text:
-        return f"{type(error).__name__}: {text[:2000]}"
-    frames = traceback.extract_tb(error.__traceback__)
-    if not frames:
-        return type(error).__name__
-    last = frames[-1]
-    where = "/".join(Path(last.filename).parts[-3:])
-    return f"{type(error).__name__} at {where}:{last.lineno}: {(last.line or '').strip()}"
 
 
 if __name__ == "__main__":

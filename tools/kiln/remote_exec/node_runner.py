@@ -45,10 +45,11 @@ from kiln.cache.cas import BlobMismatch, ContentStore
 from kiln.cache.digest import Digest
 from kiln.cache.remote_store import RemoteError, RemoteStore
 from kiln.exec.execroot import delete
+from kiln.exec.outcome import Source
 from kiln.exec.platform_match import describe, mismatches
 from kiln.exec.run_in_execroot import Job, Machine, RunFailed, run_in_execroot
 from kiln.exec.sandboxing import Sandboxing
-from kiln.exec.spawn import Spawner
+from kiln.exec.spawn import Spawner, SpawnResult
 from kiln.exec.worker_spawner import WorkerSpawner
 from kiln.layout import DiskCache, OutputBase, cache_home
 from kiln.remote.options import RemoteOptions
@@ -88,12 +89,11 @@ def run_task(task: RemoteTask) -> TaskResult:
     action = task.action
     found = mismatches(action, this_node())
     if found:
-        return TaskResult(
+        return TaskResult.failed(
             node,
-            -1,
-            refused=True,
-            message=f"refused by worker {node}: its toolchain does not match the action's "
+            f"refused by worker {node}: its toolchain does not match the action's "
             f"key: it wants {describe(found)}",
+            refused=True,
         )
     root = worker_root()
     cache = DiskCache.at(root / "cache", task.digest_function)
@@ -103,9 +103,9 @@ def run_task(task: RemoteTask) -> TaskResult:
     try:
         _fetch_inputs(task.inputs, cas, remote)
     except BlobMismatch as error:
-        return TaskResult(node, -1, message=f"an input from the remote cache is damaged: {error}")
+        return TaskResult.failed(node, f"an input from the remote cache is damaged: {error}")
     except RemoteError as error:
-        return TaskResult(node, -1, message=f"cannot fetch inputs: {error.message}")
+        return TaskResult.failed(node, f"cannot fetch inputs: {error.message}")
     execroots = root / "execroot"
     _sweep(execroots)
     execroot = execroots / f"{os.getpid()}-{next(_counter)}"
@@ -118,7 +118,7 @@ def run_task(task: RemoteTask) -> TaskResult:
             python = node_env.interpreter(task, cas, remote, root, wheelhouse, notes.append)
         except node_env.EnvironmentFailed as failed:
             message = f"cannot make its Python environment on {node}: {failed.message}"
-            return TaskResult(node, -1, message=message, notes=tuple(notes))
+            return TaskResult.failed(node, message, notes=tuple(notes))
     return dataclasses.replace(
         _run_in(execroot, task, cas, remote, node, python), notes=tuple(notes)
     )
@@ -149,24 +149,21 @@ def _run_in(
     try:
         ran = run_in_execroot(job, machine.spawner(action), place)
     except RunFailed as failed:
-        return TaskResult(node, -1, message=failed.message)
+        return TaskResult.failed(node, failed.message)
     ended = ran.ended
-    seconds = ended.seconds if ended is not None else 0.0
+    if ended is None:
+        ended = SpawnResult(-1, 0.0, Source.RAN_REMOTELY, node)
+    ended = dataclasses.replace(ended, lane=node)  # the profile's lane is the node
     if ran.failure is not None or ran.result is None:
         assert ran.failure is not None
-        return TaskResult(
-            node,
-            ended.exit_code if ended is not None else -1,
-            seconds,
-            ended.crashed if ended is not None else False,
-            ran.failure.message,
-            output=ran.failure.output,
-        )
+        why = dataclasses.replace(ended, message=ran.failure.message)
+        return TaskResult(why, output=ran.failure.output)
     try:
         _upload(ran.result, task.key, cas, remote)
     except RemoteError as error:
-        return TaskResult(node, 0, seconds, message=f"cannot upload its outputs: {error.message}")
-    return TaskResult(node, 0, seconds, printed=ran.printed, result=ran.result)
+        message = f"cannot upload its outputs: {error.message}"
+        return TaskResult(dataclasses.replace(ended, message=message))
+    return TaskResult(ended, printed=ran.printed, result=ran.result)
 
 
 class _OneExecroot:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from kiln.action_graph import Action
 from kiln.cache.action_cache import ActionResult
+from kiln.exec.outcome import Source
+from kiln.exec.spawn import SpawnResult
 from kiln.remote.options import RemoteOptions
 
 
@@ -48,11 +50,10 @@ class RemoteTask:
 
 @dataclass(frozen=True)
 class TaskResult:
-    node: str  # which node ran it, for messages and the profile
-    exit_code: int
-    seconds: float = 0.0
-    crashed: bool = False
-    message: str = ""  # why it failed, when it did
+    # How the command ended, the one record every spawner returns (its lane: the node
+    # that ran it, for messages and the profile); exit code -1 for what failed around it
+    # ("cannot fetch inputs: ...", "refused by worker ...").
+    ended: SpawnResult
     output: str = ""  # stdout then stderr (64 KiB at most each), for a failure
     printed: str = ""  # stdout, for a success
     # The result, exit code 0, every blob in the remote cache and the entry written
@@ -62,3 +63,31 @@ class TaskResult:
     # What the node said while it made the action's Python environment ("" lines where
     # it had one): shown by the driver, which otherwise sees only a long action.
     notes: tuple[str, ...] = ()
+
+    @staticmethod
+    def failed(node: str, message: str, **fields: object) -> TaskResult:
+        """What failed around the command on `node` (it did not run, or its outputs
+        could not be stored): exit code -1 and why."""
+        ended = SpawnResult(-1, 0.0, Source.RAN_REMOTELY, node, message=message)
+        return TaskResult(ended, **fields)  # type: ignore[arg-type]
+
+    # Read-only views of `ended`, for the driver's messages.
+    @property
+    def node(self) -> str:
+        return self.ended.lane
+
+    @property
+    def exit_code(self) -> int:
+        return self.ended.exit_code
+
+    @property
+    def crashed(self) -> bool:
+        return self.ended.crashed
+
+    @property
+    def seconds(self) -> float:
+        return self.ended.seconds
+
+    @property
+    def message(self) -> str:
+        return self.ended.message

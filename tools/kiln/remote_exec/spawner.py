@@ -21,6 +21,7 @@ that is not there.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Callable
@@ -162,13 +163,8 @@ class RaySpawner:
             self._report(f"{ended.node}: {note}")
         if ended.result is None:
             message = ended.message or f"exited with code {ended.exit_code}"
-            run = SpawnResult(
-                ended.exit_code,
-                ended.seconds,
-                Source.RAN_REMOTELY,
-                ended.node,
-                ended.crashed,
-                message,
+            run = dataclasses.replace(
+                ended.ended, source=Source.RAN_REMOTELY, lane=ended.node, message=message
             )
             return RemoteSpawnResult(run, output=ended.output)
         try:

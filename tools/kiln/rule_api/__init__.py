@@ -55,12 +55,14 @@ from kiln.rule_api.attrs import LabelAttr, LabelListAttr, OutputAttr, OutputList
 from kiln.rule_api.context import ActionFactory, AnalysisError, RuleContext
 from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo
 from kiln.rule_api.rule import Rule
+from kiln.tensorrt_settings import FORCED_OFF as TRT_FORCED_OFF
 
 __all__ = [
     "DEFAULT_CPU_TARGET",
     "GPUS",
     "INTEGER_DTYPES",
     "PYTHON_ACTION_ENV",
+    "TRT_FORCED_OFF",
     "ActionFactory",
     "AnalysisError",
     "AnalyzedTarget",
