@@ -46,9 +46,18 @@ def isa_configs(isa_name: str | None) -> dict[str, str]:
     alone: torch reads it once, when its config is imported, so a worker that imported
     torch for an earlier action compiled with -march=native (AVX-512 code in an x86-64-v3
     package on an AVX-512 machine: the check below found it)."""
-    if isa_name is None:
+    if isa_name is None or not _has_march_config():
         return {}
     return {"cpp.march": cpu_isa.isa_of(isa_name).march}
+
+
+def _has_march_config() -> bool:
+    """Whether this torch's inductor has `cpp.march` (2.13 has; 2.11, the GPU machine's,
+    has not: setting it failed every compile there). Without it only the environment
+    variable selects the level, and the disassembly check below says if that did not."""
+    from torch._inductor import config
+
+    return hasattr(config.cpp, "march")
 
 
 @contextlib.contextmanager
