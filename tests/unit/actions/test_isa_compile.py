@@ -75,6 +75,7 @@ def test_the_compile_selects_the_level_and_vector_isa() -> None:
     assert compile_env(None) == {}
 
 
+@pytest.mark.torch
 def test_the_level_is_an_inductor_config_not_only_the_environment() -> None:
     """torch reads TORCHINDUCTOR_CPP_MARCH once, on importing its config: a persistent
     worker that had imported torch compiled an x86-64-v3 package with -march=native."""
