@@ -42,11 +42,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+# cpu_target = "native": the GPU machine's torch 2.11 has no inductor cpp.march, so its
+# wrapper is always compiled for the host, and the x86-64-v3 default's disassembly check
+# rightly refuses it (seen on the H100, 2026-12-05). Native is what 2.11 can build.
 EXTRA_BUILD = """
 aoti_package(
     name = "mlp_cuda",
     model = ":mlp",
     device = "cuda",
+    cpu_target = "native",
 )
 """
 TARGETS = ("//models:mlp_trt", "//models:mlp_cuda")
