@@ -85,7 +85,32 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     ),
     # remote backends as providers: the options record, the executor's protocol and
     # open_store (nodes open stores too); the store's protocol sits in kiln.cache
-    "kiln.remote": (*LEAVES, "kiln.host_facts", "kiln.cache", "kiln.exec"),
+    "kiln.remote": (
+        *LEAVES,
+        "kiln.host_facts",
+        "kiln.cache",
+        "kiln.exec",
+        "kiln.reapi.store",  # open_store's grpc:// arm
+        "kiln.reapi.channel",
+    ),
+    # the REAPI (gRPC) store: below kiln.remote, which opens it, as the HTTP store is
+    "kiln.reapi.channel": (),
+    "kiln.reapi.store": (*LEAVES, "kiln.cache", "kiln.reapi.channel"),
+    # --remote_executor=grpc:// and `kiln worker --reapi`: a peer of kiln.remote_exec
+    "kiln.reapi": (
+        *LEAVES,
+        "kiln.action_graph",
+        "kiln.host_facts",
+        "kiln.layout",
+        "kiln.cache",
+        "kiln.exec",
+        "kiln.pyenv",
+        "kiln.rules.toolchain",
+        "kiln.remote",
+        "kiln.remote_exec",
+        "kiln.reapi.store",
+        "kiln.reapi.channel",
+    ),
     # --remote_executor on Ray: below the CLI, above the executor it plugs into (its
     # RemoteSpawner seam); workers on nodes probe TensorRT through the catalogue's toolchain
     # and make Python environments as the executor does
@@ -101,7 +126,13 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "kiln.remote",
     ),
     # open_executor: its arms name the executor backends, so it sits above them
-    "kiln.remote.backends": (*LEAVES, "kiln.cache", "kiln.remote", "kiln.remote_exec"),
+    "kiln.remote.backends": (
+        *LEAVES,
+        "kiln.cache",
+        "kiln.remote",
+        "kiln.remote_exec",
+        "kiln.reapi",
+    ),
     "kiln.query": (*LEAVES, "kiln.label", "kiln.loading"),
     # kiln's rules under Bazel: the planning action runs the rules, the generator explores
     # them; attribute errors are worded by kiln.loading.attr_errors, as kiln words them;

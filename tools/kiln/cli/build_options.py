@@ -67,6 +67,9 @@ class BuildOptions:
     remote_timeout: float
     remote_min_rate: str
     remote_instance_name: str
+    tls_certificate: str
+    tls_client_certificate: str
+    tls_client_key: str
     remote_executor: str | None
     remote_local_fallback: bool
     remote_retries: int

@@ -214,7 +214,8 @@ FLAGS: tuple[Flag, ...] = (
     # -- the remote cache (a Bazel HTTP cache)
     Flag(
         "remote_cache",
-        "A Bazel HTTP cache: http(s)://host:port[/prefix] (nginx WebDAV, bazel-remote)",
+        "A Bazel HTTP cache, http(s)://host:port[/prefix] (nginx WebDAV, bazel-remote), or "
+        "a Remote Execution API server, grpc(s)://host:port (BuildGrid, Buildbarn, ...)",
         "remote cache",
         metavar="URL",
     ),
@@ -263,19 +264,42 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         "remote_instance_name",
-        "A path segment before ac/ and cas/ on the remote cache, to keep caches apart",
+        "The remote cache's instance: a path segment before ac/ and cas/ over HTTP, "
+        "REAPI's instance_name over gRPC",
         "remote cache",
         default="",
     ),
-    # -- remote execution (a Ray cluster)
+    Flag(
+        "tls_certificate",
+        "grpcs:// remotes: a PEM file of the roots the server's certificate must chain to "
+        "[default: the system's]",
+        "remote cache",
+        default="",
+        metavar="PATH",
+    ),
+    Flag(
+        "tls_client_certificate",
+        "grpcs:// remotes: this client's certificate chain (PEM), for mutual TLS",
+        "remote cache",
+        default="",
+        metavar="PATH",
+    ),
+    Flag(
+        "tls_client_key",
+        "grpcs:// remotes: the private key of --tls_client_certificate (PEM)",
+        "remote cache",
+        default="",
+        metavar="PATH",
+    ),
+    # -- remote execution (a Ray cluster, or a Remote Execution API server)
     Flag(
         "remote_executor",
-        "A Ray cluster to run actions on (Ray Client address of its head; needs "
-        "--remote_cache, through which inputs and outputs travel); `kiln info cluster` "
-        "describes it",
+        "A Ray cluster to run actions on (Ray Client address of its head), or a Remote "
+        "Execution API server (grpc(s)://HOST:PORT); needs --remote_cache, through which "
+        "inputs and outputs travel; `kiln info cluster` describes it",
         "remote execution",
         commands=("build", "info"),
-        metavar="ray://HOST:PORT",
+        metavar="ray://HOST:PORT|grpc://HOST:PORT",
     ),
     Flag(
         "remote_local_fallback",

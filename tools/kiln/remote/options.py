@@ -18,13 +18,18 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 @dataclass(frozen=True)
 class RemoteOptions:
-    remote_cache: str | None = None  # the store's address (http://, https://)
-    remote_executor: str | None = None  # the executor's address (ray://)
+    remote_cache: str | None = None  # the store's address (http(s)://, grpc(s)://)
+    remote_executor: str | None = None  # the executor's address (ray://, grpc(s)://)
     remote_header: tuple[str, ...] = ()  # Name=Value, sent with every store request
     remote_timeout: float = 60.0  # seconds any wait for a backend may take
     remote_min_rate: int = 1 << 20  # bytes per second a transfer keeps up with (1M)
     remote_instance_name: str = ""  # a path segment before ac/ and cas/
     remote_retries: int = 2  # runs again of a remote action whose worker died
+    # grpcs:// (kiln.reapi.channel): PEM files, as Bazel's flags of the same names
+    tls_certificate: str = ""  # roots the server's certificate must chain to
+    tls_client_certificate: str = ""  # mutual TLS: this client's certificate chain
+    tls_client_key: str = ""  # and its private key
+    digest_function: str = "sha256"  # the build's: a grpc:// server must take it
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "remote_header", tuple(self.remote_header))
