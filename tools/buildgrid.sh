@@ -163,7 +163,7 @@ schedulers:
     sql: *sql
     storage: *main-storage
     action-cache: *main-action
-    property-set: !dynamic-property-set { match-property-keys: [gpu, kiln-pool, cuda, compute-capability, tensorrt] }
+    property-set: !dynamic-property-set { match-property-keys: [device, gpu, compute-capability, cuda, tensorrt, tensorrt-flavour, cpu-isa, kiln-pool] }
     bot-session-keepalive-timeout: $keepalive
 instances:
   - name: ""

@@ -42,11 +42,25 @@ def test_ray_opens_the_ray_executor_on_the_builds_store(tmp_path: Path) -> None:
 
 def test_an_unknown_scheme_names_the_flag_the_value_and_what_kiln_opens() -> None:
     with pytest.raises(KilnError) as raised:
-        open_executor(RemoteOptions(remote_executor="grpcs://remote:443"), None)
+        open_executor(RemoteOptions(remote_executor="k8s://remote:443"), None)
     assert raised.value.message == (
-        "invalid --remote_executor 'grpcs://remote:443': unknown scheme 'grpcs://' "
-        "(kiln opens ray://)"
+        "invalid --remote_executor 'k8s://remote:443': unknown scheme 'k8s://' "
+        "(kiln opens ray://, grpc://, grpcs://)"
     )
+
+
+def test_grpc_opens_the_reapi_executor_on_the_same_flags_as_the_store() -> None:
+    from kiln.reapi.executor import ReapiExecutor
+
+    options = RemoteOptions(
+        remote_executor="grpc://farm:8980",
+        remote_instance_name="ci",
+        remote_header=("Authorization=Bearer t",),
+    )
+    executor = open_executor(options, None)
+    assert isinstance(executor, ReapiExecutor)
+    assert (executor.address, executor.server.instance_name) == ("grpc://farm:8980", "ci")
+    assert executor.server.spec.metadata == (("authorization", "Bearer t"),)
 
 
 def test_a_bad_ray_address_is_a_flag_error() -> None:

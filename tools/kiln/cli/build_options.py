@@ -71,6 +71,7 @@ class BuildOptions:
     tls_client_certificate: str
     tls_client_key: str
     remote_executor: str | None
+    remote_default_exec_properties: tuple[str, ...]
     remote_local_fallback: bool
     remote_retries: int
     explain: bool

@@ -35,6 +35,7 @@ COMMANDS: tuple[Command, ...] = (
         "clean", "clean", "Remove kiln-out/ (--expunge: this workspace's state too)", ("build",)
     ),
     Command("info", "info", "Print workspace paths and the detected toolchains", ("build",)),
+    Command("worker", "worker", "Run actions for a REAPI server (kiln worker --reapi grpc://...)"),
 )
 BY_NAME: dict[str, Command] = {c.name: c for c in COMMANDS}
 

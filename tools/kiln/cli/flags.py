@@ -41,6 +41,7 @@ GROUPS = (
     "cache",
     "remote cache",
     "remote execution",
+    "worker",
     "output",
     "workspace",
 )
@@ -239,6 +240,7 @@ FLAGS: tuple[Flag, ...] = (
         "remote_header",
         "A header sent with every remote cache request (repeatable; e.g. for auth)",
         "remote cache",
+        commands=("build", "worker"),
         kind="repeated",
         default=(),
         metavar="NAME=VALUE",
@@ -248,7 +250,7 @@ FLAGS: tuple[Flag, ...] = (
         "Seconds any wait for the remote cache or the cluster may take (connecting, a "
         "response, the next bytes) before building without it",
         "remote cache",
-        commands=("build", "info"),
+        commands=("build", "info", "worker"),
         type=click.FloatRange(min=0, min_open=True),
         default=60.0,
         show_default=True,
@@ -267,6 +269,7 @@ FLAGS: tuple[Flag, ...] = (
         "The remote cache's instance: a path segment before ac/ and cas/ over HTTP, "
         "REAPI's instance_name over gRPC",
         "remote cache",
+        commands=("build", "worker"),
         default="",
     ),
     Flag(
@@ -302,6 +305,15 @@ FLAGS: tuple[Flag, ...] = (
         metavar="ray://HOST:PORT|grpc://HOST:PORT",
     ),
     Flag(
+        "remote_default_exec_properties",
+        "A platform property every action sent to a grpc:// executor carries, for the "
+        "farm's routing (repeatable; e.g. pool=gpu)",
+        "remote execution",
+        kind="repeated",
+        default=(),
+        metavar="KEY=VALUE",
+    ),
+    Flag(
         "remote_local_fallback",
         "Run an action here when the remote executor cannot be reached (if this "
         "host can run it) instead of failing",
@@ -317,6 +329,24 @@ FLAGS: tuple[Flag, ...] = (
         type=click.IntRange(min=0),
         default=2,
         show_default=True,
+    ),
+    # -- kiln worker (a Remote Workers API bot)
+    Flag(
+        "reapi",
+        "The REAPI server whose leases this worker runs",
+        "worker",
+        commands=("worker",),
+        metavar="grpc://HOST:PORT",
+    ),
+    Flag(
+        "property",
+        "A platform property this worker advertises, which the server routes by "
+        "(repeatable; e.g. gpu=h200)",
+        "worker",
+        commands=("worker",),
+        kind="repeated",
+        default=(),
+        metavar="KEY=VALUE",
     ),
     # -- what is shown and written about the build
     Flag(

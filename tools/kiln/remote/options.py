@@ -29,10 +29,14 @@ class RemoteOptions:
     tls_certificate: str = ""  # roots the server's certificate must chain to
     tls_client_certificate: str = ""  # mutual TLS: this client's certificate chain
     tls_client_key: str = ""  # and its private key
+    # KEY=VALUE platform properties every REAPI action carries (Bazel's flag of the name)
+    remote_default_exec_properties: tuple[str, ...] = ()
     digest_function: str = "sha256"  # the build's: a grpc:// server must take it
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "remote_header", tuple(self.remote_header))
+        props = tuple(self.remote_default_exec_properties)
+        object.__setattr__(self, "remote_default_exec_properties", props)
 
 
 def scheme_of(address: str) -> str:
