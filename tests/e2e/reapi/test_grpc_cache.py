@@ -35,7 +35,7 @@ OUTPUTS = ["app/a.out", "app/tool.sh", "app/big.bin", "app/c.out"]
 
 @pytest.fixture
 def clones(ws: Workspace) -> tuple[Workspace, Workspace]:
-    ws.write("app/BUILD", BUILD)
+    ws.write("app/BUILD", unique(BUILD, ws))
     # Unique per test: the session's one server keeps every test's results.
     ws.write("app/a.txt", f"hello {ws.root}\n")
     return ws, ws.copy("clone")
@@ -51,6 +51,12 @@ def build(ws: Workspace, address: str, *flags: str) -> Run:
         "--remote_timeout=10",
         *flags,
     )
+
+
+def unique(build: str, ws: Workspace) -> str:
+    """The BUILD file with every action this test's own: the session's one server keeps
+    every test's results."""
+    return build.replace("echo hi", f"echo {ws.root.parent.name}")
 
 
 def _outputs(ws: Workspace) -> dict[str, tuple[bytes, bool]]:
