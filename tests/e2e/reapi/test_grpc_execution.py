@@ -20,11 +20,11 @@ genrule(name = "c", srcs = [":a", ":tool"], outs = ["c.out"], cmd = "cat $(SRCS)
 OUTPUTS = ["app/a.out", "app/tool.sh", "app/c.out"]
 
 
-def remote_build(ws: Workspace, grid: BuildGrid, *flags: str) -> Run:
+def remote_build(ws: Workspace, grid: BuildGrid, *flags: str, target: str = "//app:all") -> Run:
     cache = ws.root.parent / f"{ws.root.name}-cache"
     return ws.kiln(
         "build",
-        "//app:all",
+        target,
         f"--disk_cache={cache}",
         f"--remote_cache={grid.address}",
         f"--remote_executor={grid.address}",
