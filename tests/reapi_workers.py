@@ -11,6 +11,7 @@ import contextlib
 import signal
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 
 from tests.buildgrid_server import BuildGrid
 from tests.kiln_workspace import Workspace
@@ -20,11 +21,20 @@ from tests.kiln_workspace import Workspace
 def reapi_workers(
     ws: Workspace, grid: BuildGrid, specs: Mapping[str, Sequence[str]]
 ) -> Iterator[dict[str, subprocess.Popen[str]]]:
+    with workers_in(ws.root, ws.env, grid, specs) as started:
+        yield started
+
+
+@contextlib.contextmanager
+def workers_in(
+    root: Path, env: Mapping[str, str], grid: BuildGrid, specs: Mapping[str, Sequence[str]]
+) -> Iterator[dict[str, subprocess.Popen[str]]]:
+    """Workers started in workspace `root` with `env`; their logs beside it (worker-NAME.log)."""
     started: dict[str, subprocess.Popen[str]] = {}
     try:
         for name, properties in specs.items():
-            env = {**ws.env, "KILN_WORKER_ROOT": str(ws.root.parent / f"worker-{name}")}
-            log = (ws.root.parent / f"worker-{name}.log").open("w")
+            worker_env = {**env, "KILN_WORKER_ROOT": str(root.parent / f"worker-{name}")}
+            log = (root.parent / f"worker-{name}.log").open("w")
             started[name] = subprocess.Popen(
                 [
                     *_kiln(),
@@ -32,8 +42,8 @@ def reapi_workers(
                     f"--reapi={grid.address}",
                     *(f"--property={p}" for p in properties),
                 ],
-                cwd=ws.root,
-                env=env,
+                cwd=root,
+                env=worker_env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 text=True,

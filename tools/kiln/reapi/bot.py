@@ -21,13 +21,15 @@ keepalive timeout, after which the server requeues it: nothing is stored
 by a lease that did not finish, and kiln's outputs are content-addressed, so
 a rerun stores nothing twice.
 
-An action with no task record (one Bazel sent) is refused with
-FAILED_PRECONDITION: this bot runs kiln's actions only.
+An action with no task record (one Bazel sent) runs as its Command says,
+unsandboxed, as a farm's plain worker runs it (reapi/command_runner.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import os
 import pickle
 import socket
 import threading
@@ -53,6 +55,7 @@ from kiln.reapi.store import GrpcStore, describe, from_proto
 from kiln.remote.options import RemoteOptions
 from kiln.remote_exec.protocol import RemoteTask, TaskResult
 
+_counter = itertools.count()
 IDLE_DEADLINE_S = 30.0  # a long poll while there is nothing to report
 BUSY_DEADLINE_S = 2.0  # a finished lease is reported at once
 TICK_S = 0.5  # how often a busy bot checks whether its lease finished
@@ -205,11 +208,12 @@ class Bot:
                 return None, (code_pb2.INVALID_ARGUMENT, "the lease carries no Action")
             action.ParseFromString(self.store.read_bytes(from_proto(digest)))
         task_digest = self._find(from_proto(action.input_root_digest), TASK_PATH)
-        if task_digest is None:
-            return None, (
-                code_pb2.FAILED_PRECONDITION,
-                f"kiln worker {self.name} runs kiln's actions only (no {TASK_PATH})",
-            )
+        if task_digest is None:  # not kiln's (Bazel's): run the Command as it says
+            from kiln.reapi.command_runner import run_command
+            from kiln.remote_exec.node_runner import worker_root
+
+            folder = worker_root() / "reapi" / f"{os.getpid()}-{next(_counter)}"
+            return run_command(self.store, action, folder, None), (code_pb2.OK, "")
         task = pickle.loads(self.store.read_bytes(task_digest))
         if not isinstance(task, RemoteTask):
             return None, (code_pb2.INVALID_ARGUMENT, f"{TASK_PATH} is no kiln task")
