@@ -30,6 +30,7 @@ Every gRPC failure is a RemoteError.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -130,11 +131,18 @@ class GrpcStore:
             return self._channel
 
     def call(self, what: str, rpc: Callable[..., T], request: object, timeout: float = 0) -> T:
-        """One unary call with the headers and a deadline; RemoteError on any failure."""
-        try:
-            return rpc(request, timeout=timeout or self.timeout, metadata=self.spec.metadata)
-        except grpc.RpcError as e:
-            raise RemoteError(f"remote cache {self.url}: {what}: {describe(e)}") from None
+        """One unary call with the headers and a deadline; RemoteError on any failure.
+
+        A server that is UNAVAILABLE (restarting, or a connection that dropped) is asked
+        again with a growing pause, for at most --remote_timeout in all."""
+        retry = _Backoff(self.timeout)
+        while True:
+            try:
+                return rpc(request, timeout=timeout or self.timeout, metadata=self.spec.metadata)
+            except grpc.RpcError as e:
+                code = e.code() if isinstance(e, grpc.Call) else None
+                if code != grpc.StatusCode.UNAVAILABLE or not retry.wait():
+                    raise RemoteError(f"remote cache {self.url}: {what}: {describe(e)}") from None
 
     def capabilities(self) -> Capabilities:
         if self._caps is None:
@@ -384,6 +392,22 @@ def _chunks(path: Path, name: str, offset: int, size: int) -> Iterator[bs_pb2.Wr
                 return
 
 
+class _Backoff:
+    """Pauses of 0.2 s, doubling to 2 s, until `budget` seconds have passed."""
+
+    def __init__(self, budget: float) -> None:
+        self.deadline = time.monotonic() + budget
+        self.pause = 0.2
+
+    def wait(self) -> bool:
+        """Sleep before the next try; False when the budget is spent."""
+        if time.monotonic() + self.pause > self.deadline:
+            return False
+        time.sleep(self.pause)
+        self.pause = min(self.pause * 2, 2.0)
+        return True
+
+
 class _Reader:
     """A ByteStream.Read as a readinto() for ContentStore.put_stream, resumed at the
     offset reached when the stream drops."""
@@ -392,7 +416,7 @@ class _Reader:
         self.store = store
         self.digest = digest
         self.offset = 0
-        self.resumes = 0
+        self.retry = _Backoff(store.timeout)
         self.pending = b""
         self.stream: Iterator[bs_pb2.ReadResponse] | None = None
 
@@ -421,11 +445,9 @@ class _Reader:
             except grpc.RpcError as e:
                 self.stream = None
                 code = e.code() if isinstance(e, grpc.Call) else None
-                if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL) and (
-                    self.resumes < _RESUMES
-                ):
-                    self.resumes += 1
-                    continue
+                resumable = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL)
+                if code in resumable and self.retry.wait():
+                    continue  # at the offset reached
                 if code == grpc.StatusCode.DATA_LOSS:  # the server's copy is damaged
                     raise BlobMismatch(
                         f"the server's copy of {self.digest} is damaged: {describe(e)}"
