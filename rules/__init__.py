@@ -23,6 +23,8 @@ CATALOGUE: dict[str, str] = {
     "trt_engine": "trt_engine",
     "trt_windows_engine": "trt_windows_engine",
     "python_requirements": "python_requirements",
+    "sh_test": "testing.sh_test",
+    "test_suite": "testing.test_suite",
 }
 # Kinds of targets kiln makes itself, which BUILD files cannot call: rule name -> module.
 MADE_BY_LOADING: dict[str, str] = {
@@ -32,7 +34,7 @@ MADE_BY_LOADING: dict[str, str] = {
 
 # Bazel's own rules, which kiln implements too: a BUILD file shared with Bazel calls
 # them without a load(), so @kiln//rules:defs.bzl does not export them.
-BAZEL_NATIVE = ("filegroup", "genrule")
+BAZEL_NATIVE = ("filegroup", "genrule", "sh_test", "test_suite")
 
 # kiln's rules the Bazel rule set has no counterpart of yet, so @kiln//rules:defs.bzl
 # does not export them: a BUILD file that calls one builds with kiln only.

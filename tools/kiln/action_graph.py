@@ -108,6 +108,9 @@ class Action:
     # names, versions and hashes are in `platform` too, which is what keys them.
     # None: not run by the toolchain's Python (a genrule, a file write).
     python_env: tuple[PythonPackage, ...] | None = None
+    # Run even where a result is cached (`kiln test --nocache_test_results`); the result
+    # is stored all the same. Not in the key: asking for a fresh run changes no result.
+    uncached: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", tuple(sorted(set(self.inputs))))

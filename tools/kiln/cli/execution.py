@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kiln.action_graph import ActionGraph
+from kiln.action_graph import Action, ActionGraph
 from kiln.cli.build_options import BuildOptions, parse_size
 from kiln.cli.remote_execution import RemoteExecution
 from kiln.cli.reports import FanOut, Reports
@@ -36,8 +36,10 @@ def execute_graph(
     locate: Callable[[str], str],
     reports: Reports,
     remote_execution: RemoteExecution,
+    quiet_failures: Callable[[Action], bool] = lambda action: False,
 ) -> tuple[ScheduleResult, float]:
-    """Run the graph; the result and the seconds it took."""
+    """Run the graph; the result and the seconds it took. `quiet_failures`: actions whose
+    failure the command reports itself, not the status line."""
     disk_cache = DiskCache.at(
         (options.disk_cache or cache_home()).expanduser().resolve(), options.digest_function
     )
@@ -56,7 +58,9 @@ def execute_graph(
         },
         record_defaults=("worker_preload",),  # no flag: what workers import at start
     )
-    status = StatusPrinter(len(graph), locate, explain=options.explain)
+    status = StatusPrinter(
+        len(graph), locate, explain=options.explain, quiet_failures=quiet_failures
+    )
     reporting = Reporting(
         warn=lambda message: status.print(f"WARNING: {message}"),
         report=lambda text: status.print(f"INFO: {text}"),

@@ -37,6 +37,7 @@ Kind = Literal["value", "switch", "flag", "repeated"]
 # `kiln help <command>` prints a command's flags in these sections, in this order.
 GROUPS = (
     "clean",  # a command's own flags first
+    "test",
     "execution",
     "cache",
     "remote cache",
@@ -344,6 +345,61 @@ FLAGS: tuple[Flag, ...] = (
         kind="switch",
         default=True,
     ),
+    # -- kiln test (which takes every flag of kiln build besides: EXTENDS)
+    Flag(
+        "cache_test_results",
+        "Serve a test's pass from the cache while nothing it read changed; "
+        "--nocache_test_results runs every test again (a failure is never cached)",
+        "test",
+        commands=("test",),
+        kind="switch",
+        default=True,
+        show_default=True,
+    ),
+    Flag(
+        "runs_per_test",
+        "Run each test N times, as N actions (not served from the cache when N > 1)",
+        "test",
+        commands=("test",),
+        type=click.IntRange(min=1),
+        default=1,
+        show_default=True,
+        metavar="N",
+    ),
+    Flag(
+        "test_output",
+        "summary: a status line per test; errors: also the log of each failed test; "
+        "all: the log of every test run",
+        "test",
+        commands=("test",),
+        type=click.Choice(["summary", "errors", "all"]),
+        default="summary",
+        show_default=True,
+    ),
+    Flag(
+        "test_filter",
+        "Passed to each test as TESTBRIDGE_TEST_ONLY (the test framework picks the cases)",
+        "test",
+        commands=("test",),
+    ),
+    Flag(
+        "test_timeout",
+        "Seconds every test may run before it is killed (TIMEOUT) [default: by the "
+        "test's size or timeout: 60, 300, 900, 3600]",
+        "test",
+        commands=("test",),
+        type=click.IntRange(min=1),
+        metavar="SECONDS",
+    ),
+    Flag(
+        "flaky_test_attempts",
+        "Attempts a failing test gets before it counts as failed; a later pass is FLAKY "
+        "[default: 3 for tests marked flaky, else 1]",
+        "test",
+        commands=("test",),
+        type=click.IntRange(min=1),
+        metavar="N",
+    ),
     # -- kiln clean
     Flag(
         "expunge",
@@ -365,9 +421,15 @@ FLAGS: tuple[Flag, ...] = (
 BY_NAME: dict[str, Flag] = {flag.name: flag for flag in FLAGS}
 
 
+# A command that takes every flag of another besides its own rows, as Bazel's `test`
+# takes `build`'s (a new build flag is then a test flag too, with no row to edit).
+EXTENDS: dict[str, str] = {"test": "build"}
+
+
 def flags_of(command: str) -> tuple[Flag, ...]:
     """The rows of the flags `command` takes, in the table's order."""
-    return tuple(flag for flag in FLAGS if command in flag.commands)
+    base = EXTENDS.get(command, command)
+    return tuple(flag for flag in FLAGS if command in flag.commands or base in flag.commands)
 
 
 def options(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -164,6 +164,8 @@ class Executor:
     def up_to_date(self, action: Action) -> ActionOutcome | None:
         """The no-op path, cheap enough for the scheduler's own thread: the action's key
         is what kiln-out/ was last built with, and its files there are untouched."""
+        if action.uncached:
+            return None
         try:
             key = self._key(action)
         except _ActionFailed:
@@ -192,7 +194,7 @@ class Executor:
         except _ActionFailed as failed:
             return ActionOutcome(action, None, Failure(failed.message), lane=lane)
         try:
-            source, remote_miss = self._cached(action, key)
+            source, remote_miss = (None, False) if action.uncached else self._cached(action, key)
         except _ActionFailed as failed:
             return ActionOutcome(action, None, Failure(failed.message), key.key, lane=lane)
         if source is not None:

@@ -55,6 +55,7 @@ from kiln.rule_api.attrs import LabelAttr, LabelListAttr, OutputAttr, OutputList
 from kiln.rule_api.context import ActionFactory, AnalysisError, RuleContext
 from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo
 from kiln.rule_api.rule import Rule
+from kiln.rule_api.testing import TestInfo, TestSize, TestTimeout, declare_test
 from kiln.tensorrt_settings import FORCED_OFF as TRT_FORCED_OFF
 
 __all__ = [
@@ -101,6 +102,9 @@ __all__ = [
     "TargetPlatform",
     "TensorRTSettings",
     "TensorSpec",
+    "TestInfo",
+    "TestSize",
+    "TestTimeout",
     "Toolchain",
     "TrtCompileSpec",
     "TrtEngineSpec",
@@ -110,6 +114,7 @@ __all__ = [
     "WeightsForm",
     "WeightsSpec",
     "class_name",
+    "declare_test",
     "environment",
     "resolve_cpu_target",
 ]

@@ -164,6 +164,37 @@ class ActionFactory:
         )
         return self._declare(action)
 
+    def run_test(
+        self,
+        *,
+        mnemonic: str,
+        argv: Sequence[str],
+        inputs: Sequence[File],
+        outputs: Sequence[File],
+        env: Mapping[str, str],
+        platform: Mapping[str, str],
+        resources: Resources,
+        python_env: Sequence[PythonPackage],
+        progress_message: str,
+    ) -> Action:
+        """A test's action (kiln.rule_api.testing.declare_test): run by the toolchain's Python
+        in the environment of `python_env`, never in a persistent worker (a test may crash
+        or hang; it is killed alone)."""
+        return self._declare(
+            Action(
+                owner=self.owner,
+                mnemonic=mnemonic,
+                argv=tuple(argv),
+                inputs=tuple(inputs),
+                outputs=tuple(outputs),
+                env=tuple(env.items()),
+                platform=tuple(platform.items()),
+                resources=resources,
+                progress_message=progress_message,
+                python_env=tuple(python_env),
+            )
+        )
+
     def write(self, output: File, content: str | bytes, *, is_executable: bool = False) -> Action:
         """A file whose content analysis already knows (specs, generated sources)."""
         data = content.encode() if isinstance(content, str) else content
