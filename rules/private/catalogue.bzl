@@ -72,6 +72,7 @@ KILN_PY = {
     "kiln/rule_api/context.py": "tools/kiln/rule_api/context.py",
     "kiln/rule_api/providers.py": "tools/kiln/rule_api/providers.py",
     "kiln/rule_api/rule.py": "tools/kiln/rule_api/rule.py",
+    "kiln/rule_api/testing.py": "tools/kiln/rule_api/testing.py",
     "kiln/rules/__init__.py": "rules/__init__.py",
     "kiln/rules/aoti_loader.py": "rules/aoti_loader.py",
     "kiln/rules/aoti_package.py": "rules/aoti_package.py",
@@ -95,6 +96,7 @@ KILN_PY = {
     "kiln/rules/trt_toolchain.py": "rules/trt_toolchain.py",
     "kiln/rules/trt_windows_engine.py": "rules/trt_windows_engine.py",
     "kiln/tensorrt_settings.py": "tools/kiln/tensorrt_settings.py",
+    "kiln/test_results.py": "tools/kiln/test_results.py",
 }
 
 # Per kiln module an action runs: the import paths of the files it imports.
@@ -129,6 +131,7 @@ CODE = {
         "kiln/rule_api/context.py",
         "kiln/rule_api/providers.py",
         "kiln/rule_api/rule.py",
+        "kiln/rule_api/testing.py",
         "kiln/rules/__init__.py",
         "kiln/rules/aoti_loader.py",
         "kiln/rules/aoti_package.py",
@@ -152,6 +155,7 @@ CODE = {
         "kiln/rules/trt_toolchain.py",
         "kiln/rules/trt_windows_engine.py",
         "kiln/tensorrt_settings.py",
+        "kiln/test_results.py",
     ],
     "kiln.actions.aoti_compile": [
         "kiln/__init__.py",

@@ -22,6 +22,7 @@ LEAVES = (
     "kiln.code_digest",
     "kiln.cc_templates",
     "kiln.file_io",  # the user's text files read without hanging; OSErrors that name a file
+    "kiln.test_results",  # a test run's record, JUnit XML: the runner writes, kiln test reads
 )
 RECORDS = (
     "kiln.action_specs",
@@ -52,6 +53,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "kiln.cc_templates",
         "kiln.fork_server",
         "kiln.cpu_isa",
+        "kiln.test_results",
     ),
     # what rules/ sees: the records and a few leaves, behind one surface
     "kiln.rule_api": (*LEAVES, *RECORDS),

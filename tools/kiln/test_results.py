@@ -90,7 +90,7 @@ _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 def junit_xml(label: str, run: TestRun, log: str, *, message: str = "") -> str:
     """The JUnit XML of one test target's run, as Bazel writes it for a test that writes
     none itself: one suite, one case named after the target, the log as system-out."""
-    name = label.removeprefix("//")
+    name = label.removeprefix("//").replace(":", "/")  # Bazel's: the test's path
     failed = not run.passed
     suites = ElementTree.Element("testsuites")
     suite = ElementTree.SubElement(

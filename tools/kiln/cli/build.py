@@ -118,11 +118,11 @@ def execute_targets(
     reports: Reports,
     plan: Plan,
     *,
-    quiet_failures: Callable[[Action], bool] = lambda action: False,
+    is_test: Callable[[Action], bool] = lambda action: False,
 ) -> Executed:
     """Load, analyze and execute `targets` (patterns) as `plan` says; withdraw what did
-    not build from kiln-out/. `quiet_failures`: actions whose failure the command
-    reports itself (a test's: `kiln test`), not the status line."""
+    not build from kiln-out/. `is_test`: actions whose failure is a test's (`kiln
+    test`): the command reports it, and it stops no other action."""
     from kiln.cli.execution import execute_graph  # the executor and the caches
 
     _check_output_root(session)
@@ -183,7 +183,7 @@ def execute_targets(
 
     action_graph = ActionGraph.of(actions)
     result, seconds = execute_graph(
-        session, options, action_graph, limits, locate, reports, remote, quiet_failures
+        session, options, action_graph, limits, locate, reports, remote, is_test
     )
     unbuilt = unbuilt_owners(action_graph, [o.action for o in result.failed])
     unbuilt |= {e.label for e in errors if e.label}  # refused before running (a GPU)

@@ -36,10 +36,10 @@ def execute_graph(
     locate: Callable[[str], str],
     reports: Reports,
     remote_execution: RemoteExecution,
-    quiet_failures: Callable[[Action], bool] = lambda action: False,
+    is_test: Callable[[Action], bool] = lambda action: False,
 ) -> tuple[ScheduleResult, float]:
-    """Run the graph; the result and the seconds it took. `quiet_failures`: actions whose
-    failure the command reports itself, not the status line."""
+    """Run the graph; the result and the seconds it took. `is_test`: actions whose failure
+    is a test's, which the command reports itself and which stops nothing."""
     disk_cache = DiskCache.at(
         (options.disk_cache or cache_home()).expanduser().resolve(), options.digest_function
     )
@@ -58,9 +58,7 @@ def execute_graph(
         },
         record_defaults=("worker_preload",),  # no flag: what workers import at start
     )
-    status = StatusPrinter(
-        len(graph), locate, explain=options.explain, quiet_failures=quiet_failures
-    )
+    status = StatusPrinter(len(graph), locate, explain=options.explain, quiet_failures=is_test)
     reporting = Reporting(
         warn=lambda message: status.print(f"WARNING: {message}"),
         report=lambda text: status.print(f"INFO: {text}"),
@@ -111,6 +109,7 @@ def execute_graph(
                 FanOut(reporters),
                 keep_going=options.keep_going,
                 reserved=remote_execution.policy.reserved,
+                failure_stops=lambda action: not is_test(action),
             )
             result = scheduler.run()
     finally:

@@ -64,6 +64,9 @@ class Flag:
     def __post_init__(self) -> None:
         if self.group not in GROUPS:
             raise ValueError(f"flag --{self.name}: unknown group '{self.group}'")
+        extended = tuple(c for c, base in EXTENDS.items() if base in self.commands)
+        if extended and not set(extended) <= set(self.commands):  # a build flag: test's too
+            object.__setattr__(self, "commands", (*self.commands, *extended))
 
     @property
     def spellings(self) -> tuple[str, ...]:
@@ -99,6 +102,11 @@ class Flag:
             **extra,
         )
 
+
+# Commands that take every flag of another besides their own rows, as Bazel's `test` takes
+# `build`'s: command -> the command whose rows it also takes (so a new build flag is a test
+# flag too, with no row to edit). Flag.commands holds both.
+EXTENDS: dict[str, str] = {"test": "build"}
 
 _STRATEGIES = ["worker", "local", "remote", "dynamic"]
 
@@ -421,15 +429,9 @@ FLAGS: tuple[Flag, ...] = (
 BY_NAME: dict[str, Flag] = {flag.name: flag for flag in FLAGS}
 
 
-# A command that takes every flag of another besides its own rows, as Bazel's `test`
-# takes `build`'s (a new build flag is then a test flag too, with no row to edit).
-EXTENDS: dict[str, str] = {"test": "build"}
-
-
 def flags_of(command: str) -> tuple[Flag, ...]:
     """The rows of the flags `command` takes, in the table's order."""
-    base = EXTENDS.get(command, command)
-    return tuple(flag for flag in FLAGS if command in flag.commands or base in flag.commands)
+    return tuple(flag for flag in FLAGS if command in flag.commands)
 
 
 def options(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -54,8 +54,8 @@ _RULE = "=" * 80
 def command(session: Session, /, targets: tuple[str, ...], **raw: Any) -> int:
     """Build TARGETS and run the tests among them (kiln test //...)."""
     build = BuildOptions(**{flag.name: raw[flag.name] for flag in flags.flags_of("build")})
-    own = {flag.name: raw[flag.name] for flag in flags.FLAGS if "test" in flag.commands}
-    options = TestOptions(**own)
+    own = set(flags.flags_of("test")) - set(flags.flags_of("build"))
+    options = TestOptions(**{flag.name: raw[flag.name] for flag in own})
     with workspace_lock(
         session.output_base,
         wait=build.lock_wait,
@@ -106,7 +106,7 @@ def run_tests(
         build,
         reports,
         plan,
-        quiet_failures=lambda action: action.mnemonic == MNEMONIC,
+        is_test=lambda action: action.mnemonic == MNEMONIC,
     )
     root = session.workspace.root
     results = _results(plan, done, root)

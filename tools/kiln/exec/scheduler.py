@@ -87,12 +87,16 @@ class Scheduler:
         *,
         keep_going: bool,
         reserved: Callable[[Action], Resources] | None = None,
+        failure_stops: Callable[[Action], bool] = lambda action: True,
     ):
         self.graph = graph
         self.limits = limits
         self.executor = executor
         self.reporter = reporter
         self.keep_going = keep_going
+        # Whether a failure of the action stops the build without --keep_going: a failed
+        # test does not (kiln test runs every test, as Bazel does).
+        self.failure_stops = failure_stops
         # What an action holds of this host while it runs: its resources, or only a job
         # slot for one that runs elsewhere (exec/placement.py).
         self.reserved = reserved or (lambda action: action.resources)
@@ -158,7 +162,8 @@ class _Run:
                     index = running.pop(future)
                     used = _add(used, self.s.reserved(self.s.graph.actions[index]), -1)
                     if not self._finish(index, future.result()):
-                        stop = stop or not self.s.keep_going
+                        stops = self.s.failure_stops(self.s.graph.actions[index])
+                        stop = stop or (stops and not self.s.keep_going)
             if stop:
                 self._skip_the_rest()
         except KeyboardInterrupt:
