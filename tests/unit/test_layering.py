@@ -26,6 +26,7 @@ LEAVES = (
 )
 RECORDS = (
     "kiln.action_specs",
+    "kiln.model_test_specs",
     "kiln.action_graph",
     "kiln.host_facts",
     "kiln.label",
@@ -35,6 +36,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(LEAVES, ()),
     "kiln.label": ("kiln.errors",),
     "kiln.action_specs": (),
+    "kiln.model_test_specs": ("kiln.action_specs",),
     # the Torch-TensorRT settings kiln keeps off: rules refuse them, actions pass them off
     "kiln.tensorrt_settings": (),
     "kiln.action_graph": (),
@@ -54,6 +56,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "kiln.fork_server",
         "kiln.cpu_isa",
         "kiln.test_results",
+        "kiln.model_test_specs",
     ),
     # what rules/ sees: the records and a few leaves, behind one surface
     "kiln.rule_api": (*LEAVES, *RECORDS),

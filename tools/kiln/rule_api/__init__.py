@@ -51,6 +51,16 @@ from kiln.cpu_isa import Isa
 from kiln.cpu_isa import resolve as resolve_cpu_target
 from kiln.host_facts import GPUS, Gpu, HostFacts, Toolchain
 from kiln.label import Label
+from kiln.model_test_specs import (
+    ERROR_METRICS,
+    LABEL_METRIC_PREFIX,
+    ArtifactSpec,
+    Bound,
+    DatasetFormat,
+    DatasetSpec,
+    EagerOutputsSpec,
+    ModelTestSpec,
+)
 from kiln.rule_api.attrs import LabelAttr, LabelListAttr, OutputAttr, OutputListAttr, RuleAttrs
 from kiln.rule_api.context import ActionFactory, AnalysisError, RuleContext
 from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo
@@ -60,21 +70,28 @@ from kiln.tensorrt_settings import FORCED_OFF as TRT_FORCED_OFF
 
 __all__ = [
     "DEFAULT_CPU_TARGET",
+    "ERROR_METRICS",
     "GPUS",
     "INTEGER_DTYPES",
+    "LABEL_METRIC_PREFIX",
     "PYTHON_ACTION_ENV",
     "TRT_FORCED_OFF",
     "ActionFactory",
     "AnalysisError",
     "AnalyzedTarget",
+    "ArtifactSpec",
     "Backend",
+    "Bound",
     "BuildGpu",
     "CompileSpec",
     "CpuTarget",
     "DType",
+    "DatasetFormat",
+    "DatasetSpec",
     "DefaultInfo",
     "Device",
     "DynamicDim",
+    "EagerOutputsSpec",
     "ExportSpec",
     "FactoryValue",
     "File",
@@ -88,6 +105,7 @@ __all__ = [
     "ModelSignature",
     "ModelSource",
     "ModelSpec",
+    "ModelTestSpec",
     "OutputAttr",
     "OutputListAttr",
     "PackageSpec",
