@@ -30,6 +30,7 @@ from kiln.rule_api import (
     Resources,
     Rule,
     RuleContext,
+    class_name,
     declare_test,
 )
 from kiln.rules.aoti_loader import weights_file_of
@@ -68,8 +69,10 @@ class ModelTestAttrs(TestAttrs):
         default_factory=list,
         description="metric functions of metric_src: (outputs, labels, reference) -> float",
     )
-    runtime: Literal["python"] = Field(
-        default="python", description="how the artifact is loaded: its generated Python loader"
+    runtime: Literal["python", "cc"] = Field(
+        default="python",
+        description="how the artifact runs: its generated Python loader, or its C++ loader "
+        "library (compiled against the toolchain's libtorch; what apps use)",
     )
 
 
@@ -125,6 +128,7 @@ def implementation(ctx: RuleContext[ModelTestAttrs]) -> list[object]:
             max_drop=tuple(sorted(attrs.max_drop.items())),
             metric_src=metric_src.path if metric_src else None,
             user_metrics=tuple(attrs.user_metrics),
+            runtime=attrs.runtime,
         ),
     )
     return declare_test(
@@ -152,11 +156,15 @@ def _artifact(
     if package is None or loader is None:
         raise ctx.error(f"attribute '{attr}' must name an aoti_package target, not {label}")
     weights = by_name.get(weights_file_of(f"{name}.pt2"))
+    header, source = by_name.get(f"{name}.h"), by_name.get(f"{name}.cpp")
     spec = ArtifactSpec(
         label=label,
         package=package.path,
         loader=loader.path,
         weights=weights.path if weights else None,
+        cc_header=header.path if header else None,
+        cc_source=source.path if source else None,
+        cc_class=class_name(name),
     )
     return spec, files
 

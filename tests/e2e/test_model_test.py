@@ -46,6 +46,15 @@ model_test(
     tags = ["manual"],
 )
 model_test(
+    name = "cc_test",
+    artifact = ":mlp_pt2",
+    data = ":data",
+    eager = ":mlp",
+    runtime = "cc",
+    metrics = {"top1": ">= 0.70", "max_abs_error": "<= 1e-4"},
+    tags = ["manual"],
+)
+model_test(
     name = "wide_test",
     artifact = ":mlp_pt2",
     data = ":wide",
@@ -157,6 +166,18 @@ def test_a_comment_edit_keeps_the_pass_weights_run_it_again(tests: Tests) -> Non
     retrained = tests.run("//models:accuracy_test")
     assert retrained.code == 0, retrained.err
     assert status(retrained.err, "//models:accuracy_test").startswith("PASSED in ")
+
+
+def test_runtime_cc_runs_the_artifact_through_its_cpp_loader(tests: Tests) -> None:
+    run = tests.run("//models:cc_test")
+    assert run.code == 0, run.err
+    rows = {
+        line.split()[0]: line.split()
+        for line in tests.log("cc_test").splitlines()
+        if line[:1].isalpha()
+    }
+    assert rows["top1"][1:] == ["0.8", ">=", "0.70", "-", "ok"]
+    assert float(rows["max_abs_error"][1]) <= 1e-4
 
 
 def test_a_failed_gate_prints_the_table_and_is_never_cached(tests: Tests) -> None:

@@ -42,6 +42,9 @@ class ArtifactSpec(Record):
     package: str
     loader: str  # <name>_loader.py
     weights: str | None  # weights = "separate": the weights file
+    cc_header: str | None  # the generated C++ loader library: <name>_loader/<name>.h
+    cc_source: str | None  # ... and its <name>.cpp
+    cc_class: str  # its class
 
 
 class Bound(Record):
@@ -75,3 +78,4 @@ class ModelTestSpec(Spec):
     max_drop: tuple[tuple[str, float], ...]
     metric_src: str | None  # a workspace file defining the user metrics
     user_metrics: tuple[str, ...]  # function names in metric_src
+    runtime: Literal["python", "cc"]  # through the generated Python or C++ loader

@@ -15,6 +15,7 @@ import json
 import operator
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,14 @@ from typing import Any
 import torch
 
 from kiln.actions import spec as action_spec
-from kiln.actions.datasets import InputShape, named, read_arrays, run_batches, samples
+from kiln.actions.datasets import (
+    InputShape,
+    batches,
+    named,
+    read_arrays,
+    run_batches,
+    samples,
+)
 from kiln.actions.errors import ActionError, summary, user_location
 from kiln.model_test_specs import ERROR_METRICS, ArtifactSpec, Bound, ModelTestSpec
 
@@ -85,12 +93,26 @@ def main(spec: ModelTestSpec) -> None:
 def _run(
     artifact: ArtifactSpec, spec: ModelTestSpec, arrays: dict[str, torch.Tensor]
 ) -> tuple[torch.Tensor, int]:
+    """The artifact's first output for every sample, through the runtime's loader."""
     loader = _loader_class(artifact)
-    model = loader(artifact.package, weights_path=artifact.weights, plain_outputs=True)
     shapes = [
         InputShape(i.name, i.dtype, tuple((d.min, d.max) for d in i.dims)) for i in loader.INPUTS
     ]
     tensors, count = samples(spec.dataset, arrays, artifact.label, shapes)
+    if spec.runtime == "cc":
+        from kiln.actions import cc_runner
+
+        work = Path(tempfile.mkdtemp(prefix="cc-", dir=os.environ.get("TMPDIR")))
+        binary = cc_runner.compile_runner(artifact, work)
+        chunks = list(batches(tensors, count, shapes[0].dims[0]))
+        outs = cc_runner.run_cc(artifact, binary, chunks, work)
+        kept, done = [], 0
+        for chunk, out in zip(chunks, outs, strict=True):
+            take = min(chunk[0].shape[0], count - done)
+            kept.append(out[:take])
+            done += take
+        return torch.cat(kept), count
+    model = loader(artifact.package, weights_path=artifact.weights, plain_outputs=True)
     try:
         return run_batches(model, tensors, count, shapes[0].dims[0]), count
     except ValueError as error:  # the loader's InputError: an input it was not built for
