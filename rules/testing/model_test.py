@@ -18,7 +18,7 @@ cached; retrained weights change the artifact and run it again.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from kiln.rule_api import (
     ArtifactSpec,
@@ -79,15 +79,15 @@ class ModelTestAttrs(TestAttrs):
 def implementation(ctx: RuleContext[ModelTestAttrs]) -> list[object]:
     attrs = ctx.attrs
     dataset = ctx.provider("data", attrs.data, DatasetInfo, "a model_dataset target")
-    artifact, artifact_files = _artifact(ctx, "artifact", attrs.artifact)
+    artifact, artifact_files = artifact_spec(ctx, "artifact", attrs.artifact)
     _check_gates(ctx, dataset)
     inputs: list[File] = [*artifact_files, *dataset.files]
     reference = baseline = None
     if attrs.reference:
-        reference, files = _artifact(ctx, "reference", attrs.reference)
+        reference, files = artifact_spec(ctx, "reference", attrs.reference)
         inputs += files
     if attrs.baseline:
-        baseline, files = _artifact(ctx, "baseline", attrs.baseline)
+        baseline, files = artifact_spec(ctx, "baseline", attrs.baseline)
         inputs += files
     eager_outputs: File | None = None
     python_env: tuple[PythonPackage, ...] = ()
@@ -145,9 +145,7 @@ def implementation(ctx: RuleContext[ModelTestAttrs]) -> list[object]:
     )
 
 
-def _artifact(
-    ctx: RuleContext[ModelTestAttrs], attr: str, label: str
-) -> tuple[ArtifactSpec, list[File]]:
+def artifact_spec(ctx: RuleContext[Any], attr: str, label: str) -> tuple[ArtifactSpec, list[File]]:
     """The aoti_package `label` as the test runs it, and every file it stands for."""
     files = ctx.files(label)
     name = label.rsplit(":", 1)[-1]

@@ -79,3 +79,19 @@ class ModelTestSpec(Spec):
     metric_src: str | None  # a workspace file defining the user metrics
     user_metrics: tuple[str, ...]  # function names in metric_src
     runtime: Literal["python", "cc"]  # through the generated Python or C++ loader
+
+
+class BenchmarkSpec(Spec):
+    """model_benchmark: latency and throughput of the artifact through its C++ loader."""
+
+    label: str
+    artifact: ArtifactSpec
+    # Each shape point: (input name, shape) for every input, in the model's order.
+    shapes: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...]
+    warmup: int
+    repeats: int
+    iterations: int
+    max_p50_ms: float | None
+    max_regression: float | None
+    baseline: str | None  # the JSON file of timings the user keeps (--update_baselines)
+    machine: str  # what the timings are keyed on, as the table says it

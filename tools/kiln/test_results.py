@@ -34,6 +34,10 @@ ATTEMPTS_ENV = "KILN_TEST_ATTEMPTS"  # --flaky_test_attempts
 OUTPUTS_ENV = "KILN_TEST_OUTPUTS"  # the output directory (one per run)
 FILTER_ENV = "TESTBRIDGE_TEST_ONLY"  # --test_filter, as Bazel passes it
 RUN_ENV = "TEST_RUN_NUMBER"  # --runs_per_test=N: 1..N, and TEST_TOTAL_RUNS = N
+BASELINE_ENV = "KILN_BASELINE_FILE"  # a model_benchmark's baseline file (workspace path)
+UPDATE_BASELINES_ENV = "KILN_UPDATE_BASELINES"  # --update_baselines
+# Where a passed benchmark's timings are, in its results directory.
+BENCHMARK = "undeclared_outputs/benchmark.json"
 
 # What Bazel runs a test for at most, by its `size` (and by `timeout`, which wins).
 TIMEOUT_SECONDS = {"short": 60, "moderate": 300, "long": 900, "eternal": 3600}

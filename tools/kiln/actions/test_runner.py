@@ -10,14 +10,16 @@ Read from the environment (set by the rule, and by `kiln test`'s flags, so in th
 
 A pass (at any attempt) writes test.log, test.xml and result.json there, prints nothing and
 exits 0: the executor caches it. Anything else prints the log and, last, the result line
-(kiln.test_results), and exits 1: nothing is cached. The test itself gets TEST_TMPDIR and
-XML_OUTPUT_FILE as Bazel's tests do; a test that writes that file gives its own JUnit XML.
+(kiln.test_results), and exits 1: nothing is cached. The test itself gets TEST_TMPDIR,
+XML_OUTPUT_FILE and TEST_UNDECLARED_OUTPUTS_DIR (kept in undeclared_outputs/ when it
+passes) as Bazel's tests do; a test that writes XML_OUTPUT_FILE gives its own JUnit XML.
 `python` as COMMAND's first word is this interpreter.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,6 +72,9 @@ def main(argv: list[str]) -> int:
     xml = own_xml.read_text(encoding="utf-8") if own_xml.is_file() else junit_xml(label, run, log)
     (outputs / XML).write_text(xml, encoding="utf-8")
     (outputs / RESULT).write_text(run.to_json() + "\n", encoding="utf-8")
+    undeclared = scratch / f"attempt_{len(logs)}" / "undeclared"
+    if undeclared.is_dir():  # what the test left in TEST_UNDECLARED_OUTPUTS_DIR, as Bazel
+        shutil.copytree(undeclared, outputs / "undeclared_outputs", dirs_exist_ok=True)
     if len(logs) > 1:  # Bazel keeps the failed attempts' logs beside the last one's
         kept = outputs / "test_attempts"
         kept.mkdir(exist_ok=True)
@@ -85,7 +90,9 @@ def _attempt(command: list[str], timeout: float, scratch: Path) -> tuple[Status,
     tmp.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_TEST_")}
     env.update(
-        TEST_TMPDIR=str(tmp.resolve()), XML_OUTPUT_FILE=str((scratch / "test.xml").resolve())
+        TEST_TMPDIR=str(tmp.resolve()),
+        XML_OUTPUT_FILE=str((scratch / "test.xml").resolve()),
+        TEST_UNDECLARED_OUTPUTS_DIR=str((scratch / "undeclared").resolve()),
     )
     log_path = scratch / "output.log"
     with log_path.open("wb") as log:

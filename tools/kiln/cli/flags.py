@@ -408,6 +408,15 @@ FLAGS: tuple[Flag, ...] = (
         type=click.IntRange(min=1),
         metavar="N",
     ),
+    Flag(
+        "update_baselines",
+        "Write each model_benchmark's timings to its baseline file (the regression gate "
+        "is not read meanwhile)",
+        "test",
+        commands=("test",),
+        kind="flag",
+        default=False,
+    ),
     # -- kiln clean
     Flag(
         "expunge",

@@ -34,6 +34,7 @@ from kiln.cli.test_runs import (
     TestOptions,
     result_of,
     test_actions,
+    update_baseline,
     write_logs,
 )
 from kiln.cli.test_summary import TargetResult, print_test_summary
@@ -113,6 +114,12 @@ def run_tests(
     logs = _write_logs(results, root)
     echo(actions_line(done.result.outcomes))
     _print_outputs(echo, results, logs, options.test_output)
+    if options.update_baselines:
+        for target in results:
+            for run in target.runs:
+                written = update_baseline(run, root)
+                if written is not None:
+                    echo(f"INFO: {target.label}: wrote its timings to {written}")
     if reports.events is not None:
         for target in results:
             for run in target.runs:

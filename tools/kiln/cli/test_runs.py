@@ -17,12 +17,15 @@ from kiln.action_graph import Action, File
 from kiln.exec.outcome import ActionOutcome
 from kiln.test_results import (
     ATTEMPTS_ENV,
+    BASELINE_ENV,
+    BENCHMARK,
     FILTER_ENV,
     LOG,
     OUTPUTS_ENV,
     RESULT,
     RUN_ENV,
     TIMEOUT_ENV,
+    UPDATE_BASELINES_ENV,
     XML,
     TestRun,
     junit_xml,
@@ -42,6 +45,7 @@ class TestOptions:
     test_filter: str | None
     test_timeout: int | None
     flaky_test_attempts: int | None
+    update_baselines: bool
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,8 @@ def test_actions(label: str, action: Action, options: TestOptions) -> list[TestA
         env[ATTEMPTS_ENV] = str(options.flaky_test_attempts)
     if options.test_filter is not None:
         env[FILTER_ENV] = options.test_filter
+    if options.update_baselines and BASELINE_ENV in env:
+        env[UPDATE_BASELINES_ENV] = "1"
     runs = options.runs_per_test
     uncached = not options.cache_test_results or runs > 1
     if runs == 1:
@@ -151,3 +157,16 @@ def _replace(path: Path, text: str) -> None:
         temp.replace(path)
     finally:
         temp.unlink(missing_ok=True)
+
+
+def update_baseline(result: RunResult, workspace: Path) -> Path | None:
+    """--update_baselines: a passed benchmark's timings into its baseline file; its path."""
+    baseline = dict(result.test.action.env).get(BASELINE_ENV)
+    if baseline is None or result.run is None or not result.run.passed:
+        return None
+    timings = workspace / result.test.action.primary_output.path / BENCHMARK
+    if not timings.is_file():
+        return None
+    target = workspace / baseline
+    _replace(target, timings.read_text(encoding="utf-8"))
+    return target

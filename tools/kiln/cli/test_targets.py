@@ -9,9 +9,13 @@ from kiln.loading.package import Target
 SUITE = "test_suite"
 
 
+# Test rules whose names do not say so (Bazel's own end in _test).
+OTHER_TEST_RULES = ("model_benchmark",)
+
+
 def is_test_kind(kind: str) -> bool:
-    """Bazel's rule: a test rule's name ends in _test."""
-    return kind.endswith("_test")
+    """Bazel's rule: a test rule's name ends in _test; and kiln's benchmarks."""
+    return kind.endswith("_test") or kind in OTHER_TEST_RULES
 
 
 def select_tests(loader: PackageLoader, labels: list[str]) -> list[str]:

@@ -55,6 +55,7 @@ from kiln.model_test_specs import (
     ERROR_METRICS,
     LABEL_METRIC_PREFIX,
     ArtifactSpec,
+    BenchmarkSpec,
     Bound,
     DatasetFormat,
     DatasetSpec,
@@ -67,8 +68,10 @@ from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo
 from kiln.rule_api.rule import Rule
 from kiln.rule_api.testing import TestInfo, TestSize, TestTimeout, declare_test
 from kiln.tensorrt_settings import FORCED_OFF as TRT_FORCED_OFF
+from kiln.test_results import BASELINE_ENV
 
 __all__ = [
+    "BASELINE_ENV",
     "DEFAULT_CPU_TARGET",
     "ERROR_METRICS",
     "GPUS",
@@ -81,6 +84,7 @@ __all__ = [
     "AnalyzedTarget",
     "ArtifactSpec",
     "Backend",
+    "BenchmarkSpec",
     "Bound",
     "BuildGpu",
     "CompileSpec",

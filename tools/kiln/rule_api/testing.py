@@ -57,6 +57,7 @@ def declare_test(
     packages: Sequence[str] = (),
     python_env: Sequence[PythonPackage] = (),
     resources: Resources | None = None,
+    platform: Mapping[str, str] | None = None,
 ) -> list[object]:
     """Declare the test action of `ctx`'s target; its providers (TestInfo, DefaultInfo).
 
@@ -64,9 +65,11 @@ def declare_test(
     a Python action's does; `packages`/`python_env` as for run_python.
     """
     results = ctx.declare_directory(f"{ctx.name}.test")
+    platform_extra = dict(platform or {})
     seconds = TIMEOUT_SECONDS[timeout or SIZE_TIMEOUT[size]]
     platform = ctx.actions.python_platform(module or "test_runner", packages, python_env)
     platform["kiln_test_runner"] = code_digest.content_digest((RUNNER,))
+    platform.update(platform_extra)
     ctx.actions.run_test(
         mnemonic=MNEMONIC,
         argv=(PYTHON_INTERPRETER, "-m", RUNNER, "--", *command),
