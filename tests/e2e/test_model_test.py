@@ -3,6 +3,7 @@ Python loader; metrics, gates, the failure table, and what its cached pass is ke
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -46,6 +47,14 @@ model_test(
     tags = ["manual"],
 )
 model_test(
+    name = "wide_test",
+    artifact = ":mlp_pt2",
+    data = ":wide",
+    eager = ":mlp",
+    metrics = {"max_abs_error": "<= 1e-4"},
+    tags = ["manual"],
+)
+model_test(
     name = "cc_test",
     artifact = ":mlp_pt2",
     data = ":data",
@@ -54,12 +63,16 @@ model_test(
     metrics = {"top1": ">= 0.70", "max_abs_error": "<= 1e-4"},
     tags = ["manual"],
 )
-model_test(
-    name = "wide_test",
+model_benchmark(
+    name = "latency",
     artifact = ":mlp_pt2",
-    data = ":wide",
-    eager = ":mlp",
-    metrics = {"max_abs_error": "<= 1e-4"},
+    shapes = [{"x": [1, 10]}, {"x": [32, 10]}],
+    warmup = 2,
+    repeats = 3,
+    iterations = 5,
+    max_p50_ms = 1000.0,
+    baseline = "latency.json",
+    max_regression = 1000.0,
     tags = ["manual"],
 )
 """
@@ -122,6 +135,7 @@ def tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tests]:
         "def mean_logit(outputs, labels, reference):\n    return float(outputs.mean())\n",
     )
     ws.python(DATA)
+    write_file(ws.root, "models/latency.json", "")  # no timings yet
     yield Tests(ws)
 
 
@@ -204,3 +218,23 @@ def test_a_dataset_that_does_not_fit_is_a_user_error_at_its_line(tests: Tests) -
     ) in run.err
     assert status(run.err, "//models:wide_test") == "NO STATUS"
     assert "Traceback" not in run.err
+
+
+def test_a_benchmark_needs_its_baseline_then_gates_on_it(tests: Tests) -> None:
+    empty = tests.run("//models:latency")
+    assert empty.code == 3, empty.err
+    assert (
+        "//models:latency: the baseline file models/latency.json holds no timings; "
+        "record them with kiln test --update_baselines"
+    ) in tests.log("latency")
+    update = tests.run("//models:latency", "--update_baselines")
+    assert update.code == 0, update.err
+    baseline = json.loads((tests.ws.root / "models/latency.json").read_text())
+    assert sorted(baseline["points"]) == ["x=1x10", "x=32x10"]
+    assert baseline["points"]["x=1x10"]["p50_ms"] > 0
+    assert " cores" in baseline["machine"]  # what the timings are keyed on
+    gated = tests.run("//models:latency")
+    assert gated.code == 0, gated.err
+    log = tests.log("latency")
+    assert "timings keyed on " in log and "of baseline <= x1000: ok" in log
+    assert status(gated.err, "//models:latency").startswith("PASSED in ")
