@@ -22,6 +22,7 @@ LEAVES = (
     "kiln.code_digest",
     "kiln.cc_templates",
     "kiln.file_io",  # the user's text files read without hanging; OSErrors that name a file
+    "kiln.process_tree",  # what an action left running, found and killed (subreaper)
 )
 RECORDS = (
     "kiln.action_specs",
@@ -59,11 +60,11 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # toolchains of the catalogue (rules/*_toolchain.py) are unpickled on a no-op build:
     # they stay below the rule API (no pydantic) and use the leaves directly
     "kiln.rules.toolchain": ("kiln.host_facts", "kiln.machine", "kiln.action_graph", "kiln.cache"),
-    "kiln.workers": ("kiln.errors", "kiln.fork_server"),
+    "kiln.workers": ("kiln.errors", "kiln.fork_server", "kiln.process_tree"),
     # the Python environments actions run in: made with pip, below the executor
     "kiln.pyenv": (*LEAVES, "kiln.action_graph", "kiln.pip_lock"),
     # namespaces and mounts; its processes speak the workers' frames
-    "kiln.sandbox": ("kiln", "kiln.errors", "kiln.workers"),
+    "kiln.sandbox": ("kiln", "kiln.errors", "kiln.workers", "kiln.process_tree"),
     "kiln.exec": (
         *LEAVES,
         "kiln.action_graph",

@@ -20,7 +20,7 @@ ACTION = """
     import os, subprocess, sys, time
     child = subprocess.Popen(["sleep", "60"])
     with open(sys.argv[1] + ".tmp", "w") as f:
-        f.write(f"{os.getpid()} {child.pid}")
+        f.write(f"{os.getppid()} {child.pid}")  # the worker, the child
     os.rename(sys.argv[1] + ".tmp", sys.argv[1])
     time.sleep(60)
 """

@@ -74,7 +74,8 @@ class WorkerSpawner:
             time.monotonic() - start,
             Source.RAN_IN_WORKER,
             lane=response.worker_id,
-            crashed=response.crashed,
+            # An action killed by a signal: its worker runs on, the action crashed.
+            crashed=response.crashed or response.exit_code < 0,
             message=response.message,
         )
 

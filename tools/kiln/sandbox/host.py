@@ -28,7 +28,8 @@ Commands, on the host's own pipes (frames of kiln.workers.protocol):
                           {"id": 7, "error": "cannot run x: ..."}   never started
 
 A command runs in a session of its own; when it ends, what it left running
-in its process group is killed, as a kill request kills the group. A worker:
+is killed: its process group, as a kill request kills it, and what left the group
+(`setsid`), which the host, a child subreaper, finds below itself (kiln.process_tree). A worker:
 the pool's request frames pass through the host, which takes out their
 "sandbox" key (the action's binds) and forwards them on a pipe of its own;
 the worker answers the pool directly. The worker and what its actions start
@@ -51,6 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kiln import process_tree
 from kiln.sandbox import linux, rootfs
 from kiln.sandbox.view import Bind, SandboxConfig
 from kiln.workers.protocol import ProtocolError, read_frame, write_frame
@@ -87,6 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = _parse(args[:split])
     worker = args[split + 1 :]
     config = SandboxConfig.from_json(json.loads(options.config))
+    # What a command leaves running, in a session of its own too, becomes the host's
+    # child once the command ends, and is killed with it (kiln.process_tree).
+    process_tree.become_subreaper()
     try:
         linux.enter_user_namespace()
         os.makedirs(config.staging, exist_ok=True)
@@ -145,6 +150,7 @@ class _Commands:
         finally:
             if self.running is not None:
                 _kill_group(self.running[1])
+            process_tree.kill_descendants()
 
     def _request(self) -> bool:
         try:
@@ -211,6 +217,7 @@ class _Commands:
         os.close(pidfd)
         _kill_group(pid)  # what the command left running goes with it
         _, status = os.waitpid(pid, 0)
+        process_tree.kill_descendants()  # and what left its group (setsid): issue 20
         code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
         write_frame(self.responses, {"id": ident, "status": code})
 
@@ -260,6 +267,7 @@ def _serve_worker(view: _View, options: _Options, worker: list[str]) -> int:
     finally:
         if os.getpgrp() == os.getpid():  # the pool made the host its group's leader
             _kill_group_but_this_process()  # the worker, what its action started
+        process_tree.kill_descendants()  # what left the group (a worker killed mid-action)
         if worker_status is not None and os.WIFSIGNALED(worker_status):
             # The pool reports how the host ended as how the worker did: a worker's
             # SIGSEGV was reported as the SIGKILL the host gave its group (issue 20).
