@@ -76,10 +76,9 @@ def main(spec: CompileSpec) -> None:
         import torch
         import torch._inductor
 
-        from kiln.actions import weights_split
         from kiln.actions.constant_layout import layout_of
 
-        structure = weights_split.load_structure(spec.structure, spec.device)
+        structure = _load(spec)
         configs = inductor_configs(spec, compile_key(spec, torch.__version__))
         try:
             with pinned_vec_isa(spec.cpu_isa):
@@ -97,6 +96,31 @@ def main(spec: CompileSpec) -> None:
             check_package(output, spec.cpu_isa)
         layout = layout_of(output, structure, spec.device)
     Path(spec.layout).write_text(layout.to_json(), encoding="utf-8")
+
+
+def _load(spec: CompileSpec) -> Any:
+    """The structure, its pytree types registered from what the export recorded (never from
+    what ran before in this process); a structure torch cannot load is one ActionError."""
+    import logging
+
+    from kiln.actions import pytree_types, weights_split
+
+    pytree_types.register_recorded(Path(spec.structure))
+    # torch.export.load logs its first attempt's whole traceback before it raises.
+    export_log = logging.getLogger("torch.export")
+    level = export_log.level
+    export_log.setLevel(logging.ERROR)
+    try:
+        return weights_split.load_structure(spec.structure, spec.device)
+    except Exception as error:
+        raise ActionError(
+            f"cannot load the exported program {spec.structure}: {summary(error)}",
+            hint="export it again with this toolchain (a changed torch or library); "
+            "--verbose_failures shows torch's whole message",
+            cause=error,
+        ) from error
+    finally:
+        export_log.setLevel(level)
 
 
 def _compiler_error(error: Exception) -> str:

@@ -4,18 +4,19 @@ Each child gets its own process group, so Ctrl-C and timeouts can stop the
 action with everything it started, and kiln's own signal handling is not
 disturbed by the child's. Without a sandbox the command runs under a small
 supervisor (kiln.process_tree.supervise, a child subreaper): what it left running
-when it ended, a `setsid` daemon too, is killed before its outputs are read. A Python action's symbolic interpreter is this
-build's (`python`, given at construction). With a sandbox (kiln.sandbox), the
-sandbox host starts the command instead, in a view of its execroot, its
-inputs (read-only) and the toolchain; timeouts and Ctrl-C work the same.
+when it ended, a `setsid` daemon too, is killed before its outputs are read. A
+Python action's symbolic interpreter is this build's (`python`, given at
+construction). With a sandbox (kiln.sandbox), the sandbox host starts the command
+instead, in a view of its execroot, its inputs (read-only) and the toolchain;
+timeouts and Ctrl-C work the same.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import threading
