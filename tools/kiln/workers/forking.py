@@ -27,6 +27,7 @@ it has run torch: the same pristine state.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -72,6 +73,7 @@ def _child(request: WorkRequest, baseline: Baseline, errors: int) -> int:  # pra
         os.set_inheritable(errors, False)
         fork_server.ForkServer.started = _ForkHere()
         code = run_request(request, baseline)
+        atexit._run_exitfuncs()  # as the interpreter does at exit; the child ends in _exit
     except SetupError as error:
         os.write(errors, str(error).encode())
     finally:
