@@ -65,8 +65,9 @@ def _link_sleef(work: Path) -> None:
     if os.environ.get("REPRO_GS_STUBS", "1") == "1":
         stubs = work / "msvc_gs_stubs.o"
         source = ROOT / "tools/windows/msvc_gs_stubs.c"
-        subprocess.run(["x86_64-w64-mingw32-gcc", "-O2", "-c", str(source), "-o", str(stubs)], check=True)
-        subprocess.run(["x86_64-w64-mingw32-ar", "rcs", str(work / "libkiln_msvc_gs.a"), str(stubs)], check=True)
+        gcc, ar = "x86_64-w64-mingw32-gcc", "x86_64-w64-mingw32-ar"
+        subprocess.run([gcc, "-O2", "-c", str(source), "-o", str(stubs)], check=True)
+        subprocess.run([ar, "rcs", str(work / "libkiln_msvc_gs.a"), str(stubs)], check=True)
         extra.append("kiln_msvc_gs")
 
     original = cpp_builder._get_torch_related_args
@@ -78,9 +79,9 @@ def _link_sleef(work: Path) -> None:
     cpp_builder._get_torch_related_args = torch_args
 
 
-def main(win_lib: Path, work: Path) -> int:
+def main(win_lib: Path, work: Path) -> int:  # noqa: PLR0915  (one script, step by step)
     sys.path.insert(0, str(ROOT / "models"))
-    import mlp  # noqa: E402  (the example model)
+    import mlp  # the example model
     from safetensors.torch import load_file
 
     work.mkdir(parents=True, exist_ok=True)
@@ -133,9 +134,11 @@ def main(win_lib: Path, work: Path) -> int:
         blob = next(n for n in names if n.endswith("_weights.blob") or n.endswith(".blob"))
         (work / "model.dll").write_bytes(archive.read(dll))
         (work / "weights.blob").write_bytes(archive.read(blob))
-    print(subprocess.run(["file", str(work / "model.dll")], capture_output=True, text=True).stdout)
+    dll_type = subprocess.run(["file", str(work / "model.dll")], check=False, capture_output=True)
+    print(dll_type.stdout.decode())
     imports = subprocess.run(
         ["x86_64-w64-mingw32-objdump", "-p", str(work / "model.dll")],
+        check=False,
         capture_output=True,
         text=True,
     ).stdout
@@ -145,7 +148,7 @@ def main(win_lib: Path, work: Path) -> int:
     t = step("build the runner with MinGW")
     runner = work / "aoti_runner.exe"
     subprocess.run(
-        ["x86_64-w64-mingw32-gcc", "-O2", str(ROOT / "tools/windows/aoti_runner.c"), "-o", str(runner)],
+        ["x86_64-w64-mingw32-gcc", "-O2", str(ROOT / "tools/windows/aoti_runner.c"), "-o", runner],
         check=True,
     )
     done(t)
@@ -168,6 +171,7 @@ def main(win_lib: Path, work: Path) -> int:
     }
     run = subprocess.run(
         [wine, str(runner), "model.dll", "weights.blob", "input.bin", "output.bin", "8", "10"],
+        check=False,
         cwd=work,
         env=env,
         capture_output=True,
