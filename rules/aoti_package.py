@@ -50,6 +50,7 @@ from kiln.rule_api import (
     Rule,
     RuleAttrs,
     RuleContext,
+    TargetPlatform,
     TensorRTSettings,
     TrtCompileSpec,
     TrtRefit,
@@ -57,7 +58,7 @@ from kiln.rule_api import (
     WeightsForm,
     resolve_cpu_target,
 )
-from kiln.rules import aoti_loader
+from kiln.rules import aoti_loader, aoti_windows
 from kiln.rules.torch_model import TorchModelInfo
 from kiln.rules.trt_toolchain import TENSORRT
 from pydantic import Field
@@ -92,6 +93,12 @@ class AotiPackageAttrs(RuleAttrs):
         description="the x86-64 level inductor compiles for: 'x86-64-v3' (AVX2, the default: "
         "every x86 server in service), 'x86-64-v4' (AVX-512), or 'native': what inductor "
         "picks on the analyzing machine, resolved there and keyed (docs/models.md)",
+    )
+    target_platform: TargetPlatform = Field(
+        default="linux_x86_64",
+        description="where the package runs: 'linux_x86_64', or 'windows_x86_64' (a CPU "
+        "package cross-compiled with MinGW against PyPI's Windows torch, validated under "
+        "wine64: docs/windows.md)",
     )
     inductor_configs: dict[str, Any] = Field(
         default_factory=dict, description="torch._inductor config overrides, by name"
@@ -172,6 +179,8 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
         )
     if attrs.backend == "inductor":
         _check_split_settings(ctx)
+    if attrs.target_platform == "windows_x86_64":
+        return _windows_package(ctx, model)
     packages = ("torch", flavour) if attrs.backend == "tensorrt" and flavour else ("torch",)
     actions = _Actions(ctx, packages, model.python_env)
 
@@ -237,6 +246,19 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
         weights_form=attrs.weights,
     )
     return [DefaultInfo((*outputs, *library, python_loader))]
+
+
+def _windows_package(ctx: RuleContext[AotiPackageAttrs], model: TorchModelInfo) -> list[object]:
+    """Export on Linux, compile for Windows, join, validate under Wine (rules/aoti_windows.py)."""
+    aoti_windows.check_windows(ctx, model)
+    actions = _Actions(ctx, ("torch",), model.python_env)
+    goldens = ctx.declare_file(f"{ctx.name}.golden.safetensors") if ctx.attrs.validate_ else None
+    structure, weights = _export_structure(ctx, model, actions, goldens)
+    package = aoti_windows.compile_and_join(ctx, model, actions, structure, weights)
+    outputs = [package, weights]
+    if goldens is not None:
+        outputs.append(aoti_windows.validate(ctx, model, actions, package, goldens))
+    return [DefaultInfo(tuple(outputs))]
 
 
 class _Actions:

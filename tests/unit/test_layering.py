@@ -29,6 +29,7 @@ RECORDS = (
     "kiln.host_facts",
     "kiln.label",
     "kiln.tensorrt_settings",
+    "kiln.windows_specs",
 )
 ALLOWED: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(LEAVES, ()),
@@ -36,6 +37,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kiln.action_specs": (),
     # the Torch-TensorRT settings kiln keeps off: rules refuse them, actions pass them off
     "kiln.tensorrt_settings": (),
+    # the records of Windows cross builds, apart so that Linux actions' digests stay put
+    "kiln.windows_specs": ("kiln.action_specs",),
     "kiln.action_graph": (),
     # every file name of the output base and the disk cache (helper's seam: kiln/layout.py)
     "kiln.layout": ("kiln.errors", "kiln.action_graph"),
@@ -52,6 +55,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "kiln.cc_templates",
         "kiln.fork_server",
         "kiln.cpu_isa",
+        "kiln.windows_specs",
     ),
     # what rules/ sees: the records and a few leaves, behind one surface
     "kiln.rule_api": (*LEAVES, *RECORDS),

@@ -56,6 +56,7 @@ from kiln.rule_api.context import ActionFactory, AnalysisError, RuleContext
 from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo
 from kiln.rule_api.rule import Rule
 from kiln.tensorrt_settings import FORCED_OFF as TRT_FORCED_OFF
+from kiln.windows_specs import WindowsCompileSpec, WindowsTorch, WindowsValidateSpec
 
 __all__ = [
     "DEFAULT_CPU_TARGET",
@@ -109,6 +110,9 @@ __all__ = [
     "ValidateSpec",
     "WeightsForm",
     "WeightsSpec",
+    "WindowsCompileSpec",
+    "WindowsTorch",
+    "WindowsValidateSpec",
     "class_name",
     "environment",
     "resolve_cpu_target",
