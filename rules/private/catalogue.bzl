@@ -45,6 +45,13 @@ KILN_PY = {
     "kiln/actions/trt_refit.py": "tools/kiln/actions/trt_refit.py",
     "kiln/actions/validate.py": "tools/kiln/actions/validate.py",
     "kiln/actions/weights_split.py": "tools/kiln/actions/weights_split.py",
+    "kiln/actions/windows/__init__.py": "tools/kiln/actions/windows/__init__.py",
+    "kiln/actions/windows/aoti_compile.py": "tools/kiln/actions/windows/aoti_compile.py",
+    "kiln/actions/windows/aoti_runner.c": "tools/kiln/actions/windows/aoti_runner.c",
+    "kiln/actions/windows/constant_table.py": "tools/kiln/actions/windows/constant_table.py",
+    "kiln/actions/windows/environment.py": "tools/kiln/actions/windows/environment.py",
+    "kiln/actions/windows/torch_libs.py": "tools/kiln/actions/windows/torch_libs.py",
+    "kiln/actions/windows/validate.py": "tools/kiln/actions/windows/validate.py",
     "kiln/bazel/__init__.py": "tools/kiln/bazel/__init__.py",
     "kiln/bazel/plan.py": "tools/kiln/bazel/plan.py",
     "kiln/bazel/request.py": "tools/kiln/bazel/request.py",
@@ -75,6 +82,7 @@ KILN_PY = {
     "kiln/rules/__init__.py": "rules/__init__.py",
     "kiln/rules/aoti_loader.py": "rules/aoti_loader.py",
     "kiln/rules/aoti_package.py": "rules/aoti_package.py",
+    "kiln/rules/aoti_windows.py": "rules/aoti_windows.py",
     "kiln/rules/filegroup.py": "rules/filegroup.py",
     "kiln/rules/genrule.py": "rules/genrule.py",
     "kiln/rules/model_weights.py": "rules/model_weights.py",
@@ -95,6 +103,7 @@ KILN_PY = {
     "kiln/rules/trt_toolchain.py": "rules/trt_toolchain.py",
     "kiln/rules/trt_windows_engine.py": "rules/trt_windows_engine.py",
     "kiln/tensorrt_settings.py": "tools/kiln/tensorrt_settings.py",
+    "kiln/windows_specs.py": "tools/kiln/windows_specs.py",
 }
 
 # Per kiln module an action runs: the import paths of the files it imports.
@@ -132,6 +141,7 @@ CODE = {
         "kiln/rules/__init__.py",
         "kiln/rules/aoti_loader.py",
         "kiln/rules/aoti_package.py",
+        "kiln/rules/aoti_windows.py",
         "kiln/rules/filegroup.py",
         "kiln/rules/genrule.py",
         "kiln/rules/model_weights.py",
@@ -152,6 +162,7 @@ CODE = {
         "kiln/rules/trt_toolchain.py",
         "kiln/rules/trt_windows_engine.py",
         "kiln/tensorrt_settings.py",
+        "kiln/windows_specs.py",
     ],
     "kiln.actions.aoti_compile": [
         "kiln/__init__.py",
@@ -271,6 +282,47 @@ CODE = {
         "kiln/cpu_isa.py",
         "kiln/fork_server.py",
     ],
+    "kiln.actions.windows.aoti_compile": [
+        "kiln/__init__.py",
+        "kiln/action_specs.py",
+        "kiln/actions/__init__.py",
+        "kiln/actions/aoti_compile.py",
+        "kiln/actions/constant_layout.py",
+        "kiln/actions/errors.py",
+        "kiln/actions/inductor_cache.py",
+        "kiln/actions/isa_compile.py",
+        "kiln/actions/spec.py",
+        "kiln/actions/temp_state.py",
+        "kiln/actions/toolchain_paths.py",
+        "kiln/actions/weights_split.py",
+        "kiln/actions/windows/__init__.py",
+        "kiln/actions/windows/aoti_compile.py",
+        "kiln/actions/windows/constant_table.py",
+        "kiln/actions/windows/environment.py",
+        "kiln/actions/windows/torch_libs.py",
+        "kiln/cpu_isa.py",
+        "kiln/windows_specs.py",
+    ],
+    "kiln.actions.windows.validate": [
+        "kiln/__init__.py",
+        "kiln/action_specs.py",
+        "kiln/actions/__init__.py",
+        "kiln/actions/errors.py",
+        "kiln/actions/model_loading.py",
+        "kiln/actions/package_loading.py",
+        "kiln/actions/spec.py",
+        "kiln/actions/temp_state.py",
+        "kiln/actions/toolchain_paths.py",
+        "kiln/actions/torchvision_cpu.py",
+        "kiln/actions/validate.py",
+        "kiln/actions/windows/__init__.py",
+        "kiln/actions/windows/aoti_runner.c",
+        "kiln/actions/windows/torch_libs.py",
+        "kiln/actions/windows/validate.py",
+        "kiln/cpu_isa.py",
+        "kiln/fork_server.py",
+        "kiln/windows_specs.py",
+    ],
 }
 
 # What kiln_pip_repository runs to make @pip from a lock, and the kiln files it imports
@@ -384,15 +436,16 @@ RULES = {
         "public": False,
         "labels": {"model": "label"},
         "outputs": {},
-        "key": ["device", "backend", "weights", "validate"],
+        "key": ["device", "backend", "target_platform", "weights", "validate"],
         "defaults": {
             "device": "cpu",
             "backend": "inductor",
+            "target_platform": "linux_x86_64",
             "weights": "packaged",
             "validate": True,
         },
         "shapes": {
-            "[\"cpu\",\"inductor\",\"packaged\",false]": {
+            "[\"cpu\",\"inductor\",\"linux_x86_64\",\"packaged\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
@@ -542,7 +595,7 @@ RULES = {
                     "data": ["{name}.pt2"],
                 },
             },
-            "[\"cpu\",\"inductor\",\"packaged\",true]": {
+            "[\"cpu\",\"inductor\",\"linux_x86_64\",\"packaged\",true]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
                     {
@@ -733,7 +786,7 @@ RULES = {
                     "data": ["{name}.pt2"],
                 },
             },
-            "[\"cpu\",\"inductor\",\"separate\",false]": {
+            "[\"cpu\",\"inductor\",\"linux_x86_64\",\"separate\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
@@ -883,7 +936,7 @@ RULES = {
                     "data": ["{name}.pt2"],
                 },
             },
-            "[\"cpu\",\"inductor\",\"separate\",true]": {
+            "[\"cpu\",\"inductor\",\"linux_x86_64\",\"separate\",true]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
                     {
@@ -1075,7 +1128,276 @@ RULES = {
                     "data": ["{name}.pt2"],
                 },
             },
-            "[\"cuda\",\"inductor\",\"packaged\",false]": {
+            "[\"cpu\",\"inductor\",\"windows_x86_64\",\"packaged\",false]": {
+                "outputs": [
+                    {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.weights.safetensors",
+                        "directory": False,
+                    },
+                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
+                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
+                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
+                    {"kind": "out", "value": "{name}.join.json", "directory": False},
+                    {"kind": "out", "value": "{name}.pt2", "directory": False},
+                ],
+                "writes": [
+                    {"kind": "out", "value": "{name}.export.json"},
+                    {"kind": "out", "value": "{name}.compile.json"},
+                    {"kind": "out", "value": "{name}.join.json"},
+                ],
+                "actions": [
+                    {
+                        "mnemonic": "TorchExport",
+                        "module": "kiln.actions.torch_export",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.torch_export"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.export.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "attr", "value": "model.deps"},
+                            {"kind": "attr", "value": "model.src"},
+                            {"kind": "attr", "value": "model.weights"},
+                            {"kind": "out", "value": "{name}.export.json"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.structure.pt2"},
+                            {"kind": "out", "value": "{name}.weights.safetensors"},
+                        ],
+                        "gpu": False,
+                    },
+                    {
+                        "mnemonic": "AotiCompile",
+                        "module": "kiln.actions.windows.aoti_compile",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.windows.aoti_compile"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.compile.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.structure.pt2"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.program.pt2"},
+                        ],
+                        "gpu": False,
+                    },
+                    {
+                        "mnemonic": "AotiJoin",
+                        "module": "kiln.actions.aoti_join",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.aoti_join"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.join.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "out", "value": "{name}.join.json"},
+                            {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.program.pt2"},
+                            {"kind": "out", "value": "{name}.weights.safetensors"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.pt2"},
+                        ],
+                        "gpu": False,
+                    },
+                ],
+                "files": [
+                    {"kind": "out", "value": "{name}.pt2"},
+                    {"kind": "out", "value": "{name}.weights.safetensors"},
+                ],
+                "runfiles": [],
+                "gpu": False,
+                "cc": None,
+            },
+            "[\"cpu\",\"inductor\",\"windows_x86_64\",\"packaged\",true]": {
+                "outputs": [
+                    {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.golden.safetensors",
+                        "directory": False,
+                    },
+                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.weights.safetensors",
+                        "directory": False,
+                    },
+                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
+                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
+                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
+                    {"kind": "out", "value": "{name}.join.json", "directory": False},
+                    {"kind": "out", "value": "{name}.pt2", "directory": False},
+                    {"kind": "out", "value": "{name}.validate.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.validation.json",
+                        "directory": False,
+                    },
+                ],
+                "writes": [
+                    {"kind": "out", "value": "{name}.export.json"},
+                    {"kind": "out", "value": "{name}.compile.json"},
+                    {"kind": "out", "value": "{name}.join.json"},
+                    {"kind": "out", "value": "{name}.validate.json"},
+                ],
+                "actions": [
+                    {
+                        "mnemonic": "TorchExport",
+                        "module": "kiln.actions.torch_export",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.torch_export"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.export.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "attr", "value": "model.deps"},
+                            {"kind": "attr", "value": "model.src"},
+                            {"kind": "attr", "value": "model.weights"},
+                            {"kind": "out", "value": "{name}.export.json"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.structure.pt2"},
+                            {"kind": "out", "value": "{name}.weights.safetensors"},
+                        ],
+                        "gpu": False,
+                    },
+                    {
+                        "mnemonic": "AotiCompile",
+                        "module": "kiln.actions.windows.aoti_compile",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.windows.aoti_compile"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.compile.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.structure.pt2"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.program.pt2"},
+                        ],
+                        "gpu": False,
+                    },
+                    {
+                        "mnemonic": "AotiJoin",
+                        "module": "kiln.actions.aoti_join",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.aoti_join"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.join.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "out", "value": "{name}.join.json"},
+                            {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.program.pt2"},
+                            {"kind": "out", "value": "{name}.weights.safetensors"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.pt2"},
+                        ],
+                        "gpu": False,
+                    },
+                    {
+                        "mnemonic": "AotiValidate",
+                        "module": "kiln.actions.windows.validate",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.windows.validate"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.validate.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.pt2"},
+                            {"kind": "out", "value": "{name}.validate.json"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.validation.json"},
+                        ],
+                        "gpu": False,
+                    },
+                ],
+                "files": [
+                    {"kind": "out", "value": "{name}.pt2"},
+                    {"kind": "out", "value": "{name}.validation.json"},
+                    {"kind": "out", "value": "{name}.weights.safetensors"},
+                ],
+                "runfiles": [],
+                "gpu": False,
+                "cc": None,
+            },
+            "[\"cuda\",\"inductor\",\"linux_x86_64\",\"packaged\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
@@ -1225,7 +1547,7 @@ RULES = {
                     "data": ["{name}.pt2"],
                 },
             },
-            "[\"cuda\",\"inductor\",\"packaged\",true]": {
+            "[\"cuda\",\"inductor\",\"linux_x86_64\",\"packaged\",true]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
                     {
@@ -1416,7 +1738,7 @@ RULES = {
                     "data": ["{name}.pt2"],
                 },
             },
-            "[\"cuda\",\"inductor\",\"separate\",false]": {
+            "[\"cuda\",\"inductor\",\"linux_x86_64\",\"separate\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
@@ -1566,7 +1888,7 @@ RULES = {
                     "data": ["{name}.pt2"],
                 },
             },
-            "[\"cuda\",\"inductor\",\"separate\",true]": {
+            "[\"cuda\",\"inductor\",\"linux_x86_64\",\"separate\",true]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
                     {
@@ -1758,7 +2080,7 @@ RULES = {
                     "data": ["{name}.pt2"],
                 },
             },
-            "[\"cuda\",\"tensorrt\",\"packaged\",false]": {
+            "[\"cuda\",\"tensorrt\",\"linux_x86_64\",\"packaged\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
                     {"kind": "out", "value": "{name}.ep.pt2", "directory": False},
@@ -1868,7 +2190,7 @@ RULES = {
                     "data": ["{name}.pt2"],
                 },
             },
-            "[\"cuda\",\"tensorrt\",\"packaged\",true]": {
+            "[\"cuda\",\"tensorrt\",\"linux_x86_64\",\"packaged\",true]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
                     {"kind": "out", "value": "{name}.ep.pt2", "directory": False},
