@@ -255,9 +255,10 @@ def _windows_package(ctx: RuleContext[AotiPackageAttrs], model: TorchModelInfo) 
     goldens = ctx.declare_file(f"{ctx.name}.golden.safetensors") if ctx.attrs.validate_ else None
     structure, weights = _export_structure(ctx, model, actions, goldens)
     package = aoti_windows.compile_and_join(ctx, model, actions, structure, weights)
-    outputs = [package, weights]
+    loader = aoti_windows.declare_loader(ctx, model, package)
+    outputs = [package, weights, *loader.values()]
     if goldens is not None:
-        outputs.append(aoti_windows.validate(ctx, model, actions, package, goldens))
+        outputs.append(aoti_windows.validate(ctx, model, actions, package, goldens, loader))
     return [DefaultInfo(tuple(outputs))]
 
 

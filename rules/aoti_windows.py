@@ -7,7 +7,10 @@ built on Linux.
                      WINDOWS_TORCH: version and sha256 in the key, never a path)
                      (kiln.actions.windows.aoti_compile; keyed on the structure)
     AotiJoin         program + weights -> <name>.pt2 (the Linux join, unchanged)
-    AotiValidate     <name>.pt2 under wine64 against the goldens
+    FileWrite        <name>_windows_loader/: the loader library (C: header, source), a
+                     runner and a CMakeLists for MSVC (rules/templates/windows_*.j2)
+    AotiValidate     <name>.pt2 under wine64 against the goldens, run by the runner
+                     built with MinGW from the same loader source
                      (kiln.actions.windows.validate)
 
 The structure/weights split holds: a change of weights alone re-runs the export, the
@@ -17,6 +20,8 @@ can and cannot do.
 
 from __future__ import annotations
 
+import posixpath
+import re
 from typing import TYPE_CHECKING
 
 from kiln.rule_api import (
@@ -27,6 +32,7 @@ from kiln.rule_api import (
     WindowsCompileSpec,
     WindowsTorch,
     WindowsValidateSpec,
+    environment,
 )
 
 if TYPE_CHECKING:
@@ -64,11 +70,12 @@ def check_windows(ctx: RuleContext[AotiPackageAttrs], model: TorchModelInfo) -> 
             hint="name a level: 'x86-64-v3' (the default), 'x86-64-v4' or 'x86-64'",
         )
     inputs = model.signature.inputs
-    if attrs.validate_ and (len(inputs) != 1 or inputs[0].dtype != "float32"):
+    if len(inputs) != 1 or inputs[0].dtype != "float32":
         raise ctx.error(
-            "the Windows validation's test program takes one float32 input; "
-            f"{model.label} takes {len(inputs)}",
-            hint="validate = False for this target",
+            "the Windows loader takes one float32 input; "
+            f"{model.label} takes {len(inputs)}: "
+            + ", ".join(f"{i.name} ({i.dtype})" for i in inputs),
+            hint="build it for linux_x86_64, or give the model one float32 input",
         )
 
 
@@ -143,12 +150,48 @@ def compile_and_join(
     return package
 
 
+# template -> the file it renders, {name} being the loader's C name
+LOADER_TEMPLATES = {
+    "windows_loader.h.j2": "{name}.h",
+    "windows_loader.c.j2": "{name}.c",
+    "windows_run.c.j2": "{name}_run.c",
+    "windows_CMakeLists.txt.j2": "CMakeLists.txt",
+}
+
+
+def declare_loader(
+    ctx: RuleContext[AotiPackageAttrs], model: TorchModelInfo, package: File
+) -> dict[str, File]:
+    """<name>_windows_loader/: the rendered loader library, by template."""
+    name = re.sub(r"[^A-Za-z0-9]+", "_", ctx.name).strip("_") or "model"
+    name = f"{name}_loader" if not name[0].isdigit() else f"m{name}_loader"
+    (shape_range,) = model.signature.ranges()
+    files = {
+        template: ctx.declare_file(f"{ctx.name}_windows_loader/{out.format(name=name)}")
+        for template, out in LOADER_TEMPLATES.items()
+    }
+    folder = posixpath.dirname(files["windows_run.c.j2"].path)
+    values = {
+        "name": name,
+        "macro": name.upper(),
+        "guard": f"{name.upper()}_H",
+        "label": ctx.label,
+        "package": posixpath.relpath(package.path, folder),
+        "torch_version": WINDOWS_TORCH.version,
+        "input": shape_range,
+    }
+    for template, file in files.items():
+        ctx.actions.write(file, environment().get_template(template).render(values))
+    return files
+
+
 def validate(
     ctx: RuleContext[AotiPackageAttrs],
     model: TorchModelInfo,
     actions: _Actions,
     package: File,
     goldens: File,
+    loader: dict[str, File],
 ) -> File:
     """AotiValidate under wine64: the report."""
     attrs = ctx.attrs
@@ -167,13 +210,15 @@ def validate(
             atol=attrs.atol,
             min_cosine=attrs.min_cosine,
             windows_torch=WINDOWS_TORCH,
+            loader_source=loader["windows_loader.c.j2"].path,
+            runner_source=loader["windows_run.c.j2"].path,
         ),
     )
     actions.run(
         "AotiValidate",
         "windows.validate",
         spec,
-        [package, goldens],
+        [package, goldens, *loader.values()],
         [report],
         2000,
         extra_packages=("safetensors",),

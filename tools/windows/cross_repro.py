@@ -6,7 +6,7 @@ WIN_TORCH_LIB is the torch/lib folder of PyPI's torch win_amd64 wheel, unpacked
 (tools/windows_toolchain.sh wheel fetches the wheel). Steps, each printed with its
 time and result: export models/mlp.py, compile it with
 aot_inductor.cross_target_platform = "windows" (x86_64-w64-mingw32-g++), list the
-package, build tools/kiln/actions/windows/aoti_runner.c with MinGW, run it under wine64 on the
+package, build tools/windows/aoti_runner.c with MinGW, run it under wine64 on the
 package's DLL and weights blob, compare with eager. docs/windows.md records what it
 showed. Kept outside kiln on purpose: it is the reproduction upstream can run.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNNER = ROOT / "tools/kiln/actions/windows/aoti_runner.c"
+RUNNER = ROOT / "tools/windows/aoti_runner.c"
 
 
 def step(name: str) -> float:

@@ -1,18 +1,18 @@
 """AotiValidate for Windows: the package run under wine64, against eager's goldens.
 
-    <name>.pt2 -> its model DLL and weights blob
-              -> aoti_runner.exe (this folder's aoti_runner.c, built with MinGW: C only,
-                 so it meets the MinGW-built model and the MSVC-built torch_cpu.dll
-                 through their C ABIs alone; weights bound with
-                 AOTInductorModelUpdateConstantsFromBlob)
-              -> wine64 at every shape point TorchExport recorded goldens for
+    <name>_windows_loader/{<c name>.c, <c name>_run.c}  (the generated loader library,
+              what a Windows application builds, and its runner: C only, so they meet the
+              MinGW-built model and the MSVC-built torch_cpu.dll through C ABIs alone;
+              weights bound with AOTInductorModelUpdateConstantsFromBlob)
+              -> run.exe, built with MinGW
+    <name>.pt2 -> run.exe under wine64 at every shape point TorchExport recorded goldens for
               -> <name>.validation.json, by kiln.actions.validate's measure
 
 The inputs are the Linux validation's (the same seed, the same bytes); a package whose
 outputs differ, or that fails to load or run, fails the build as on Linux. Wine runs
 in a prefix kept in kiln's cache (made once, in about 5 s) with KMP_AFFINITY=disabled:
 Wine 8.0 lacks GetNumaNodeProcessorMaskEx, which torch_cpu's Intel OpenMP calls.
-The runner takes one float32 input and gives one float32 output; other signatures
+The loader takes one float32 input and gives one float32 output; other signatures
 are refused at analysis (rules/aoti_windows.py).
 """
 
@@ -23,7 +23,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 from kiln.action_specs import ValidateSpec, ValidationReport
@@ -41,8 +40,6 @@ from kiln.actions.validate import (
 from kiln.actions.windows import torch_libs
 from kiln.windows_specs import WindowsValidateSpec
 
-__data_files__ = ("actions/windows/aoti_runner.c",)
-RUNNER_SOURCE = Path(__file__).with_name("aoti_runner.c")
 WINE_LOADERS = ("wine64", "/usr/lib/wine/wine64")
 INSTALL = "tools/windows_toolchain.sh install (Debian: g++-mingw-w64-x86-64-posix, wine64)"
 # A Wine prefix is made on first use (seconds); a run of a small model takes about 1 s.
@@ -60,8 +57,8 @@ def main(spec: WindowsValidateSpec) -> None:
     linux = _as_validate_spec(spec)
     with tempfile.TemporaryDirectory(prefix="kiln-wine-") as tmp:
         work = Path(tmp)
-        _unpack(Path(spec.package), work)
-        _build_runner(work)
+        (work / "package.pt2").symlink_to(Path(spec.package).resolve())
+        _build_runner(spec, work)
         for dll in libs.glob("*.dll"):
             (work / dll.name).symlink_to(dll)
         results = []
@@ -138,30 +135,21 @@ def _wine() -> str:
     )
 
 
-def _unpack(package: Path, work: Path) -> None:
-    """The model DLL (stored as <hash>.wrapper.so) and its weights blob."""
-    with zipfile.ZipFile(package) as archive:
-        names = [n for n in archive.namelist() if "/data/aotinductor/model/" in n]
-        dll = [n for n in names if n.endswith(".so")]
-        blob = [n for n in names if n.endswith("_weights.blob")]
-        if len(dll) != 1:
-            raise ActionError(f"{package.name} holds {len(dll)} model libraries, not 1")
-        (work / "model.dll").write_bytes(archive.read(dll[0]))
-        (work / "weights.blob").write_bytes(archive.read(blob[0]) if blob else b"")
-
-
-def _build_runner(work: Path) -> None:
+def _build_runner(spec: WindowsValidateSpec, work: Path) -> None:
     gcc = shutil.which("x86_64-w64-mingw32-gcc")
     if gcc is None:
         raise ActionError(
             "x86_64-w64-mingw32-gcc is not installed: the Windows test program is built with MinGW",
             hint=INSTALL,
         )
-    subprocess.run(
-        [gcc, "-O2", str(RUNNER_SOURCE), "-o", str(work / "aoti_runner.exe")],
-        check=True,
+    built = subprocess.run(
+        [gcc, "-O2", "-Wall", spec.runner_source, spec.loader_source, "-o", str(work / "run.exe")],
+        check=False,
         capture_output=True,
+        text=True,
     )
+    if built.returncode != 0:
+        raise ActionError(f"the loader library does not compile with MinGW: {built.stderr[-2000:]}")
 
 
 def _run(wine: str, work: Path, shape: list[str], spec: WindowsValidateSpec, where: str) -> None:
@@ -173,7 +161,7 @@ def _run(wine: str, work: Path, shape: list[str], spec: WindowsValidateSpec, whe
         "WINEDLLOVERRIDES": "mscoree,mshtml=",  # no Mono or Gecko installer dialogs
         "KMP_AFFINITY": "disabled",
     }
-    argv = [wine, "aoti_runner.exe", "model.dll", "weights.blob", "input.bin", "output.bin"]
+    argv = [wine, "run.exe", "package.pt2", "input.bin", "output.bin"]
     try:
         ran = subprocess.run(
             [*argv, *shape],
