@@ -161,6 +161,8 @@ class AotiPackageAttrs(RuleAttrs):
 def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
     attrs = ctx.attrs
     model = ctx.provider("model", attrs.model, TorchModelInfo, "a torch_model target")
+    if attrs.target_platform == "windows_x86_64":
+        return _windows_package(ctx, model)
     if attrs.backend == "tensorrt" and attrs.device != "cuda":
         raise ctx.error("backend = 'tensorrt' needs device = 'cuda'")
     # A CUDA package is built where GPU actions run: that machine's distributions count.
@@ -179,8 +181,6 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
         )
     if attrs.backend == "inductor":
         _check_split_settings(ctx)
-    if attrs.target_platform == "windows_x86_64":
-        return _windows_package(ctx, model)
     packages = ("torch", flavour) if attrs.backend == "tensorrt" and flavour else ("torch",)
     actions = _Actions(ctx, packages, model.python_env)
 
@@ -251,6 +251,7 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
 def _windows_package(ctx: RuleContext[AotiPackageAttrs], model: TorchModelInfo) -> list[object]:
     """Export on Linux, compile for Windows, join, validate under Wine (rules/aoti_windows.py)."""
     aoti_windows.check_windows(ctx, model)
+    _check_split_settings(ctx)
     actions = _Actions(ctx, ("torch",), model.python_env)
     goldens = ctx.declare_file(f"{ctx.name}.golden.safetensors") if ctx.attrs.validate_ else None
     structure, weights = _export_structure(ctx, model, actions, goldens)
