@@ -15,6 +15,9 @@ each found by tools/windows/cross_repro.py):
 - precompile_headers off, as upstream's cross test sets it;
 - the vector ISA pinned to cpu_target (inductor would otherwise probe it by running
   a program the cross compiler made: scalar code);
+- OpenMP's query functions answered serially (omp_serial.c, linked in): without
+  -fopenmp the parallel regions run on one thread, but their bodies still call
+  omp_get_thread_num();
 - no Sleef: torch_cpu's sleef.lib is MSVC's, whose __m256 calling convention differs
   from GCC's (linked, it gives wrong numbers). A kernel that calls Sleef fails the
   link, and this action names the op and what to do instead.
@@ -27,6 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +49,8 @@ from kiln.actions.windows import constant_table, torch_libs
 from kiln.actions.windows.environment import environment
 from kiln.windows_specs import WindowsCompileSpec
 
+__data_files__ = ("actions/windows/omp_serial.c",)
+OMP_SERIAL = Path(__file__).with_name("omp_serial.c")
 WINDOWS_CONFIGS: dict[str, Any] = {
     "aot_inductor.cross_target_platform": "windows",
     "aot_inductor.precompile_headers": False,
@@ -80,7 +87,7 @@ def main(spec: WindowsCompileSpec) -> None:
             },
         }
         try:
-            with pinned_vec_isa(spec.cpu_isa), _math_defines():
+            with pinned_vec_isa(spec.cpu_isa), _math_defines(), _serial_openmp(cache / "stubs"):
                 torch._inductor.aoti_compile_and_package(
                     structure, package_path=str(output), inductor_configs=configs
                 )
@@ -126,6 +133,33 @@ def _math_defines() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _serial_openmp(folder: Path) -> Iterator[None]:
+    """omp_serial.c, compiled into a static library of `folder`, in the cross link."""
+    from torch._inductor import cpp_builder
+
+    gcc = shutil.which("x86_64-w64-mingw32-gcc")
+    if gcc is None:
+        raise ActionError(
+            "the MinGW-w64 cross compiler x86_64-w64-mingw32-gcc is not installed",
+            hint="tools/windows_toolchain.sh install (Debian: g++-mingw-w64-x86-64-posix)",
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    obj = folder / "omp_serial.o"
+    subprocess.run([gcc, "-O2", "-c", str(OMP_SERIAL), "-o", str(obj)], check=True)
+    subprocess.run(
+        [f"{gcc[:-3]}ar", "rcs", str(folder / "libkiln_omp_serial.a"), str(obj)], check=True
+    )
+    original = cpp_builder._get_torch_related_args
+
+    def torch_args(include_pytorch: bool, aot_mode: bool) -> tuple[list[str], list[str], list[str]]:
+        includes, library_dirs, libraries = original(include_pytorch, aot_mode)
+        return includes, [*library_dirs, str(folder)], [*libraries, "kiln_omp_serial"]
+
+    with mock.patch.object(cpp_builder, "_get_torch_related_args", torch_args):
+        yield
+
+
 def _compile_error(error: Exception, spec: WindowsCompileSpec) -> ActionError:
     text = str(error)
     sleef = _SLEEF.search(text)
@@ -145,7 +179,10 @@ def _compile_error(error: Exception, spec: WindowsCompileSpec) -> ActionError:
             hint="tools/windows_toolchain.sh install (Debian: g++-mingw-w64-x86-64-posix)",
             cause=error,
         )
-    first = next((ln.strip() for ln in text.splitlines() if "error:" in ln), "")
+    lines = text.splitlines()
+    first = next((ln.strip() for ln in lines if "undefined reference" in ln), "") or next(
+        (ln.strip() for ln in lines if "error:" in ln), ""
+    )
     return ActionError(
         f"AOTInductor's Windows cross compile failed: {summary(error)}"
         + (f" ({first})" if first else ""),
