@@ -40,7 +40,7 @@ from unittest import mock
 
 from kiln.action_specs import CompileSpec
 from kiln.actions import spec as action_spec
-from kiln.actions.aoti_compile import METADATA, SPLIT_CONFIGS, compile_key
+from kiln.actions.aoti_compile import METADATA, SPLIT_CONFIGS, THREAD_CONFIGS, compile_key
 from kiln.actions.errors import ActionError, summary
 from kiln.actions.inductor_cache import private_inductor_cache
 from kiln.actions.isa_compile import check_package, compile_env, isa_configs, pinned_vec_isa
@@ -75,6 +75,7 @@ def main(spec: WindowsCompileSpec) -> None:
 
         structure = weights_split.load_structure(spec.structure, "cpu")
         configs = {
+            **THREAD_CONFIGS,
             **dict(spec.inductor_configs),
             **SPLIT_CONFIGS,
             **WINDOWS_CONFIGS,
