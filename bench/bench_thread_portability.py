@@ -13,8 +13,10 @@ unpinned package at 1 and at this machine's thread count (median of --runs).
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -51,7 +53,9 @@ from reductions import Reductions
 from kiln.actions import aoti_compile
 from kiln.action_specs import CompileSpec
 from kiln.actions.isa_compile import pinned_vec_isa, compile_env
+import difflib
 import os
+import shutil
 os.environ.update(compile_env("x86-64-v3"))
 torch.manual_seed(0)
 model = Reductions().eval()
@@ -85,7 +89,11 @@ print(statistics.median(times) * 1e3)
 
 def compile_once(work: Path, threads: int, pinned: bool) -> Path:
     out = work / f"t{threads}_{'pinned' if pinned else 'free'}.pt2"
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(work / f"cache-{out.stem}")}
+    # One cache folder, emptied: the kernels name their headers' path in it (as kiln's
+    # private caches are one path per compiled spec).
+    cache = work / "inductor-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
     subprocess.run(
         [sys.executable, "-c", COMPILE, str(work), str(threads), str(int(pinned)), str(out)],
         check=True,
@@ -128,9 +136,19 @@ def main() -> None:
             one, four = compile_once(work, 1, pinned), compile_once(work, 4, pinned)
             packages[pinned] = one
             a, b = code_of(one), code_of(four)
+            kernels = [k for k in a if k.endswith(".cpp")]
+            diff = [
+                line
+                for k in kernels
+                for line in difflib.unified_diff(
+                    a[k].decode().splitlines(), b.get(k, b"").decode().splitlines(), n=0
+                )
+                if line[:1] in "+-" and line[:3] not in ("+++", "---")
+            ]
             results["pinned" if pinned else "unpinned"] = {
                 "equal": a == b,
                 "differing": sorted(k for k in a if a.get(k) != b.get(k)),
+                "kernel lines differing (1 thread vs 4)": diff[:8],
             }
         cores = os.cpu_count() or 1
         for pinned, package in packages.items():
