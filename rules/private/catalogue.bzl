@@ -47,9 +47,9 @@ KILN_PY = {
     "kiln/actions/weights_split.py": "tools/kiln/actions/weights_split.py",
     "kiln/actions/windows/__init__.py": "tools/kiln/actions/windows/__init__.py",
     "kiln/actions/windows/aoti_compile.py": "tools/kiln/actions/windows/aoti_compile.py",
-    "kiln/actions/windows/aoti_runner.c": "tools/kiln/actions/windows/aoti_runner.c",
     "kiln/actions/windows/constant_table.py": "tools/kiln/actions/windows/constant_table.py",
     "kiln/actions/windows/environment.py": "tools/kiln/actions/windows/environment.py",
+    "kiln/actions/windows/omp_serial.c": "tools/kiln/actions/windows/omp_serial.c",
     "kiln/actions/windows/torch_libs.py": "tools/kiln/actions/windows/torch_libs.py",
     "kiln/actions/windows/validate.py": "tools/kiln/actions/windows/validate.py",
     "kiln/bazel/__init__.py": "tools/kiln/bazel/__init__.py",
@@ -98,6 +98,10 @@ KILN_PY = {
     "kiln/rules/templates/trt_loader.cpp.j2": "rules/templates/trt_loader.cpp.j2",
     "kiln/rules/templates/trt_loader.h.j2": "rules/templates/trt_loader.h.j2",
     "kiln/rules/templates/trt_run.cpp.j2": "rules/templates/trt_run.cpp.j2",
+    "kiln/rules/templates/windows_CMakeLists.txt.j2": "rules/templates/windows_CMakeLists.txt.j2",
+    "kiln/rules/templates/windows_loader.c.j2": "rules/templates/windows_loader.c.j2",
+    "kiln/rules/templates/windows_loader.h.j2": "rules/templates/windows_loader.h.j2",
+    "kiln/rules/templates/windows_run.c.j2": "rules/templates/windows_run.c.j2",
     "kiln/rules/torch_model.py": "rules/torch_model.py",
     "kiln/rules/trt_engine.py": "rules/trt_engine.py",
     "kiln/rules/trt_toolchain.py": "rules/trt_toolchain.py",
@@ -157,6 +161,10 @@ CODE = {
         "kiln/rules/templates/trt_loader.cpp.j2",
         "kiln/rules/templates/trt_loader.h.j2",
         "kiln/rules/templates/trt_run.cpp.j2",
+        "kiln/rules/templates/windows_CMakeLists.txt.j2",
+        "kiln/rules/templates/windows_loader.c.j2",
+        "kiln/rules/templates/windows_loader.h.j2",
+        "kiln/rules/templates/windows_run.c.j2",
         "kiln/rules/torch_model.py",
         "kiln/rules/trt_engine.py",
         "kiln/rules/trt_toolchain.py",
@@ -240,6 +248,10 @@ CODE = {
         "kiln/rules/templates/trt_loader.cpp.j2",
         "kiln/rules/templates/trt_loader.h.j2",
         "kiln/rules/templates/trt_run.cpp.j2",
+        "kiln/rules/templates/windows_CMakeLists.txt.j2",
+        "kiln/rules/templates/windows_loader.c.j2",
+        "kiln/rules/templates/windows_loader.h.j2",
+        "kiln/rules/templates/windows_run.c.j2",
     ],
     "kiln.actions.torch_export": [
         "kiln/__init__.py",
@@ -299,6 +311,7 @@ CODE = {
         "kiln/actions/windows/aoti_compile.py",
         "kiln/actions/windows/constant_table.py",
         "kiln/actions/windows/environment.py",
+        "kiln/actions/windows/omp_serial.c",
         "kiln/actions/windows/torch_libs.py",
         "kiln/cpu_isa.py",
         "kiln/windows_specs.py",
@@ -316,7 +329,6 @@ CODE = {
         "kiln/actions/torchvision_cpu.py",
         "kiln/actions/validate.py",
         "kiln/actions/windows/__init__.py",
-        "kiln/actions/windows/aoti_runner.c",
         "kiln/actions/windows/torch_libs.py",
         "kiln/actions/windows/validate.py",
         "kiln/cpu_isa.py",
@@ -1142,11 +1154,38 @@ RULES = {
                     {"kind": "out", "value": "{name}.program.pt2", "directory": False},
                     {"kind": "out", "value": "{name}.join.json", "directory": False},
                     {"kind": "out", "value": "{name}.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_windows_loader/{name}_loader.h",
+                        "directory": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}_windows_loader/{name}_loader.c",
+                        "directory": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}_windows_loader/{name}_loader_run.c",
+                        "directory": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}_windows_loader/CMakeLists.txt",
+                        "directory": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
                     {"kind": "out", "value": "{name}.compile.json"},
                     {"kind": "out", "value": "{name}.join.json"},
+                    {"kind": "out", "value": "{name}_windows_loader/{name}_loader.h"},
+                    {"kind": "out", "value": "{name}_windows_loader/{name}_loader.c"},
+                    {
+                        "kind": "out",
+                        "value": "{name}_windows_loader/{name}_loader_run.c",
+                    },
+                    {"kind": "out", "value": "{name}_windows_loader/CMakeLists.txt"},
                 ],
                 "actions": [
                     {
@@ -1237,10 +1276,22 @@ RULES = {
                 "files": [
                     {"kind": "out", "value": "{name}.pt2"},
                     {"kind": "out", "value": "{name}.weights.safetensors"},
+                    {"kind": "out", "value": "{name}_windows_loader/CMakeLists.txt"},
+                    {"kind": "out", "value": "{name}_windows_loader/{name}_loader.c"},
+                    {"kind": "out", "value": "{name}_windows_loader/{name}_loader.h"},
+                    {
+                        "kind": "out",
+                        "value": "{name}_windows_loader/{name}_loader_run.c",
+                    },
                 ],
                 "runfiles": [],
                 "gpu": False,
-                "cc": None,
+                "cc": {
+                    "srcs": [],
+                    "hdrs": ["{name}_windows_loader/{name}_loader.h"],
+                    "includes": ["{name}_windows_loader"],
+                    "data": ["{name}.pt2"],
+                },
             },
             "[\"cpu\",\"inductor\",\"windows_x86_64\",\"packaged\",true]": {
                 "outputs": [
@@ -1261,6 +1312,26 @@ RULES = {
                     {"kind": "out", "value": "{name}.program.pt2", "directory": False},
                     {"kind": "out", "value": "{name}.join.json", "directory": False},
                     {"kind": "out", "value": "{name}.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_windows_loader/{name}_loader.h",
+                        "directory": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}_windows_loader/{name}_loader.c",
+                        "directory": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}_windows_loader/{name}_loader_run.c",
+                        "directory": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}_windows_loader/CMakeLists.txt",
+                        "directory": False,
+                    },
                     {"kind": "out", "value": "{name}.validate.json", "directory": False},
                     {
                         "kind": "out",
@@ -1272,6 +1343,13 @@ RULES = {
                     {"kind": "out", "value": "{name}.export.json"},
                     {"kind": "out", "value": "{name}.compile.json"},
                     {"kind": "out", "value": "{name}.join.json"},
+                    {"kind": "out", "value": "{name}_windows_loader/{name}_loader.h"},
+                    {"kind": "out", "value": "{name}_windows_loader/{name}_loader.c"},
+                    {
+                        "kind": "out",
+                        "value": "{name}_windows_loader/{name}_loader_run.c",
+                    },
+                    {"kind": "out", "value": "{name}_windows_loader/CMakeLists.txt"},
                     {"kind": "out", "value": "{name}.validate.json"},
                 ],
                 "actions": [
@@ -1381,6 +1459,22 @@ RULES = {
                             {"kind": "out", "value": "{name}.golden.safetensors"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
+                            {
+                                "kind": "out",
+                                "value": "{name}_windows_loader/CMakeLists.txt",
+                            },
+                            {
+                                "kind": "out",
+                                "value": "{name}_windows_loader/{name}_loader.c",
+                            },
+                            {
+                                "kind": "out",
+                                "value": "{name}_windows_loader/{name}_loader.h",
+                            },
+                            {
+                                "kind": "out",
+                                "value": "{name}_windows_loader/{name}_loader_run.c",
+                            },
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.validation.json"},
@@ -1392,10 +1486,22 @@ RULES = {
                     {"kind": "out", "value": "{name}.pt2"},
                     {"kind": "out", "value": "{name}.validation.json"},
                     {"kind": "out", "value": "{name}.weights.safetensors"},
+                    {"kind": "out", "value": "{name}_windows_loader/CMakeLists.txt"},
+                    {"kind": "out", "value": "{name}_windows_loader/{name}_loader.c"},
+                    {"kind": "out", "value": "{name}_windows_loader/{name}_loader.h"},
+                    {
+                        "kind": "out",
+                        "value": "{name}_windows_loader/{name}_loader_run.c",
+                    },
                 ],
                 "runfiles": [],
                 "gpu": False,
-                "cc": None,
+                "cc": {
+                    "srcs": [],
+                    "hdrs": ["{name}_windows_loader/{name}_loader.h"],
+                    "includes": ["{name}_windows_loader"],
+                    "data": ["{name}.pt2"],
+                },
             },
             "[\"cuda\",\"inductor\",\"linux_x86_64\",\"packaged\",false]": {
                 "outputs": [
