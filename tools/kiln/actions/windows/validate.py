@@ -179,7 +179,12 @@ def _run(wine: str, work: Path, shape: list[str], spec: WindowsValidateSpec, whe
             label=spec.label,
         ) from error
     if ran.returncode != 0:
-        said = [ln for ln in (ran.stderr + ran.stdout).splitlines() if not ln.startswith("wine:")]
+        # Wine's own lines (its loader, fontconfig without a cache folder) are not the package's.
+        said = [
+            ln
+            for ln in (ran.stderr + ran.stdout).splitlines()
+            if not ln.startswith(("wine:", "Fontconfig"))
+        ]
         raise ActionError(
             f"the Windows package fails {where} under Wine (exit {ran.returncode}): "
             + ("; ".join(said[-3:]) or "no message"),
