@@ -18,6 +18,7 @@ are refused at analysis (rules/aoti_windows.py).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -162,6 +163,22 @@ def _run(wine: str, work: Path, shape: list[str], spec: WindowsValidateSpec, whe
         "KMP_AFFINITY": "disabled",
     }
     argv = [wine, "run.exe", "package.pt2", "input.bin", "output.bin"]
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    # One Wine at a time in the shared prefix: two starting while it is first made fail
+    # (exit 53, no message, seen with two validations at once).
+    with open(f"{prefix}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _run_locked(argv, shape, work, env, spec, where)
+
+
+def _run_locked(
+    argv: list[str],
+    shape: list[str],
+    work: Path,
+    env: dict[str, str],
+    spec: WindowsValidateSpec,
+    where: str,
+) -> None:
     try:
         ran = subprocess.run(
             [*argv, *shape],
