@@ -28,14 +28,14 @@ RECORDS = (
     "kiln.action_graph",
     "kiln.host_facts",
     "kiln.label",
-    "kiln.tensorrt_settings",
+    "kiln.actions.tensorrt.settings",
 )
 ALLOWED: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(LEAVES, ()),
     "kiln.label": ("kiln.errors",),
     "kiln.action_specs": (),
     # the Torch-TensorRT settings kiln keeps off: rules refuse them, actions pass them off
-    "kiln.tensorrt_settings": (),
+    "kiln.actions.tensorrt.settings": (),
     "kiln.action_graph": (),
     # every file name of the output base and the disk cache (helper's seam: kiln/layout.py)
     "kiln.layout": ("kiln.errors", "kiln.action_graph"),
@@ -48,7 +48,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kiln.fork_server": (),
     "kiln.actions": (
         "kiln.action_specs",
-        "kiln.tensorrt_settings",
+        "kiln.actions.tensorrt.settings",
         "kiln.cc_templates",
         "kiln.fork_server",
         "kiln.cpu_isa",
@@ -177,7 +177,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 def _sources() -> list[Path]:
     rules = KILN_ROOT / "rules"
     own = [p for p in KILN_ROOT.rglob("*.py") if not p.is_relative_to(rules)]
-    return sorted([*own, *rules.glob("*.py")])
+    return sorted([*own, *rules.rglob("*.py")])
 
 
 @pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(KILN_ROOT)))
@@ -198,7 +198,7 @@ def test_no_module_imports_a_layer_above_its_own(path: Path) -> None:
 
 def test_rules_see_only_the_rule_api() -> None:
     """The catalogue's rules import kiln.rule_api and each other: no kiln.exec, no engine."""
-    for path in (KILN_ROOT / "rules").glob("*.py"):
+    for path in (KILN_ROOT / "rules").rglob("*.py"):
         if path.stem.endswith("_toolchain"):
             continue
         names = {name for _, name in _imports(path)}
@@ -210,4 +210,4 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     """The test above can fail: an import of kiln.cli from the cache layer is found."""
     assert layer_of("kiln.cache.cas") == "kiln.cache"
     assert layer_of("kiln.cli.build") not in {"kiln.cache", *ALLOWED["kiln.cache"]}
-    assert layer_of("kiln.rules.trt_toolchain") == "kiln.rules.toolchain"
+    assert layer_of("kiln.rules.tensorrt.trt_toolchain") == "kiln.rules.toolchain"
