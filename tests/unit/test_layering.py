@@ -244,3 +244,20 @@ def test_feature_folders_stand_apart() -> None:
     assert layer_of("kiln.rules.aoti.aoti_loader") not in allowed_below("kiln.rules.model")
     torch_actions = allowed_below(layer_of("kiln.actions.aoti_compile"))
     assert layer_of("kiln.actions.tensorrt.compiler") not in torch_actions
+
+
+def test_the_design_page_draws_every_layer() -> None:
+    """docs/design.md's drawing is this table's graph: a layer added here and not drawn
+    there fails (a kiln.rules.<folder> layer is drawn as <folder>/)."""
+    page = (KILN_ROOT.parent.parent / "docs" / "design.md").read_text()
+    drawing = page[page.index("## Layers") :].split("\n## ", 1)[0]
+    missing = []
+    for layer in sorted({*ALLOWED, *TOP} - {"kiln"}):
+        short = layer.removeprefix("kiln.")
+        if layer.startswith("kiln.rules.") and layer != "kiln.rules.toolchain":
+            short = layer.removeprefix("kiln.rules.") + "/"
+        elif layer == "kiln.rules.toolchain":
+            short = "_toolchain.py"
+        if short not in drawing:
+            missing.append(f"{layer} (as '{short}')")
+    assert not missing, "docs/design.md's Layers drawing lacks " + ", ".join(missing)

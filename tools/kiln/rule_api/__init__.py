@@ -2,7 +2,7 @@
 
     from kiln.rule_api import LabelAttr, Rule, RuleAttrs, RuleContext, DefaultInfo, ...
 
-A rule is a module of the catalogue (rules/<name>.py) defining an attribute
+A rule is a module of the catalogue (rules/<folder>/<name>.py) defining an attribute
 schema (a RuleAttrs pydantic model) and `impl(ctx: RuleContext) -> providers`,
 joined in `RULE = Rule(...)`. Through the context it declares outputs and the
 actions that make them; the actions' specs are typed records
