@@ -30,8 +30,8 @@ from kiln.action_graph import Action
 from kiln.exec.spawn import resolve_argv
 from kiln.host_facts import HostFacts, ToolchainResolver
 from kiln.rule_api import AnalyzedTarget, DefaultInfo, File, RuleContext
-from kiln.rules.aoti_package import RULE as AOTI_PACKAGE
-from kiln.rules.torch_model import RULE as TORCH_MODEL
+from kiln.rules.aoti.aoti_package import RULE as AOTI_PACKAGE
+from kiln.rules.model.torch_model import RULE as TORCH_MODEL
 
 pytestmark = pytest.mark.torch
 

@@ -377,11 +377,9 @@ def test_ctrl_c_during_dynamic_kills_both_runs(driver: Driver, tmp_path: Path) -
         "esac; sleep $$t; echo late > $@"
     )
     driver.write("BUILD", f'genrule(name = "race", outs = ["race.txt"], cmd = {cmd!r})')
-    # --nosandbox: on a node, a sandboxed command outlives a forced Ray cancel (Ray kills
-    # the worker's children, its sandbox host among them, and the host's commands run in
-    # sessions of their own). A known open defect, docs/remote-execution.md; the
-    # unsandboxed path (the supervisor) is what this test holds.
-    process = driver.start("//:race", "--spawn_strategy=dynamic", "--nosandbox")
+    # Sandboxed: Ray's forced cancel kills the worker and its children, and the node's
+    # sandbox host is nobody's child (started detached), so it lives to kill the command.
+    process = driver.start("//:race", "--spawn_strategy=dynamic")
     pids: dict[str, int] = {}
     try:
         deadline = time.monotonic() + 120

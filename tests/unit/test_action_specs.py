@@ -134,9 +134,9 @@ def test_a_python_action_reads_the_spec_it_is_given(
         "kiln.actions.aoti_join": "JoinSpec",
         "kiln.actions.validate": "ValidateSpec",
         "kiln.actions.init_weights": "WeightsSpec",
-        "kiln.actions.trt_engine": "TrtEngineSpec",
-        "kiln.actions.trt_compile": "TrtCompileSpec",
-        "kiln.actions.render_trt_loader": "TrtLoaderSpec",
+        "kiln.actions.tensorrt.engine": "TrtEngineSpec",
+        "kiln.actions.tensorrt.compile_structure": "TrtCompileSpec",
+        "kiln.actions.tensorrt.render_loader": "TrtLoaderSpec",
     }
     actions = _analyze(make_workspace, tmp_path, monkeypatch)
     written = {a.outputs[0].path: a.content for a in actions if a.content is not None}
@@ -242,7 +242,7 @@ def test_an_action_given_a_bad_spec_fails_in_one_line(tmp_path: Path) -> None:
     del data["cc_loader"]
     spec.write_text(json.dumps(data))
     run = subprocess.run(
-        [sys.executable, "-m", "kiln.actions.render_trt_loader", str(spec)],
+        [sys.executable, "-m", "kiln.actions.tensorrt.render_loader", str(spec)],
         capture_output=True,
         text=True,
         check=False,

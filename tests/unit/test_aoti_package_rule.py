@@ -18,8 +18,8 @@ from kiln.cache.digest import digest_bytes
 from kiln.exec.action_key import compute_key
 from kiln.host_facts import HostFacts, ToolchainResolver
 from kiln.rule_api import AnalysisError, AnalyzedTarget, DefaultInfo, RuleContext
-from kiln.rules.aoti_package import RULE, AotiPackageAttrs, implementation
-from kiln.rules.torch_model import TorchModelInfo
+from kiln.rules.aoti.aoti_package import RULE, AotiPackageAttrs, implementation
+from kiln.rules.model.torch_model import TorchModelInfo
 
 from tests.model_fixtures import MLP, rule_context
 

@@ -20,11 +20,13 @@ import pytest
 import torch
 from kiln.action_graph import Action
 from kiln.action_specs import ExportSpec, PackageSpec, TrtCompileSpec
-from kiln.actions import aoti_package, torch_export, trt_compile
+from kiln.actions import torch_export
+from kiln.actions.tensorrt import aoti_package
+from kiln.actions.tensorrt import compile_structure as trt_compile
 from kiln.host_facts import GPU_HOST, GPUS, HostFacts, Toolchain, ToolchainResolver
 from kiln.rule_api import RuleContext
-from kiln.rules.aoti_package import RULE, AotiPackageAttrs, implementation
-from kiln.rules.trt_toolchain import TENSORRT, Probe
+from kiln.rules.aoti.aoti_package import RULE, AotiPackageAttrs, implementation
+from kiln.rules.tensorrt.trt_toolchain import TENSORRT, Probe
 from trt_fixtures import GPU_STANDARD, by_mnemonic, model_target, written
 from trt_manifests import record
 from trt_standin import StandIn

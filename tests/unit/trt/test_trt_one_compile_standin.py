@@ -1,5 +1,5 @@
 """Every Torch-TensorRT compile kiln makes goes through one library
-(kiln.actions.trt_compiler): trt_engine and aoti_package(backend = "tensorrt") pass the
+(kiln.actions.tensorrt.compiler): trt_engine and aoti_package(backend = "tensorrt") pass the
 same settings the same way.
 
 - Torch-TensorRT's engine cache is passed off on both paths: kiln's keys decide reuse,
@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 from kiln.action_specs import ExportSpec, PackageSpec
-from kiln.actions import aoti_package, torch_export
-from kiln.tensorrt_settings import ENGINE_CACHE_OFF
+from kiln.actions import torch_export
+from kiln.actions.tensorrt import aoti_package
+from kiln.actions.tensorrt.settings import ENGINE_CACHE_OFF
 from test_aoti_trt_refit_contract_standin import OUT, _analyze, _on_cpu
 from test_trt_contract_standin import run_engine_action
 from trt_fixtures import written

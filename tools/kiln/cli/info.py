@@ -63,9 +63,9 @@ def command(
 
 
 def _toolchains() -> int:
-    """The TensorRT toolchain (kiln.rules.trt_toolchain), as the actions would see it."""
+    """The TensorRT toolchain (kiln.rules.tensorrt.trt_toolchain), as the actions would see it."""
     from kiln.host_facts import HostFacts
-    from kiln.rules import trt_toolchain
+    from kiln.rules.tensorrt import trt_toolchain
 
     found = trt_toolchain.TENSORRT.resolve(HostFacts.of_this_machine())
     for name, value in trt_toolchain.describe(found):

@@ -20,6 +20,7 @@ import contextlib
 import os
 import sys
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,25 +190,22 @@ def _run_here(
     return run_in_execroot(job, spawner(), host.machine, claim)
 
 
-class LocalStrategy:
-    """A plain process here; a Python action stays out of persistent workers."""
+class _SpawnerHere(ABC):
+    """What the local and worker strategies share: their spawner, made at first use (the
+    sandbox's host starts then), and cancelling or closing it if it was made."""
 
     def __init__(self, host: Host, spawner: Spawner | None = None) -> None:
         self.host = host
         self._spawner = spawner  # made at first use when not given (a test gives a fake)
 
+    @abstractmethod
+    def _make_spawner(self) -> Spawner: ...
+
     def spawner(self) -> Spawner:
         with self.host.lock:
             if self._spawner is None:
-                from kiln.exec.local_spawner import LocalSpawner
-
-                sandbox = self.host.sandboxing.get()
-                self._spawner = LocalSpawner(self.host.settings.python, sandbox)
-                self.host.started(self._spawner)
+                self._spawner = self.host.started(self._make_spawner())
             return self._spawner
-
-    def run(self, work: Work) -> Ran:
-        return _run_here(self.host, work, self.spawner)
 
     def cancel_all(self) -> None:
         if self._spawner is not None:
@@ -218,41 +216,40 @@ class LocalStrategy:
             self._spawner.close()
 
 
-class WorkerStrategy:
+class LocalStrategy(_SpawnerHere):
+    """A plain process here; a Python action stays out of persistent workers."""
+
+    def _make_spawner(self) -> Spawner:
+        from kiln.exec.local_spawner import LocalSpawner
+
+        return LocalSpawner(self.host.settings.python, self.host.sandboxing.get())
+
+    def run(self, work: Work) -> Ran:
+        return _run_here(self.host, work, self.spawner)
+
+
+class WorkerStrategy(_SpawnerHere):
     """A `python -m` action in a persistent worker here; any other as `local` runs it."""
 
     def __init__(self, host: Host, local: LocalStrategy) -> None:
-        self.host = host
+        super().__init__(host)
         self.local = local
-        self._spawner: Spawner | None = None
 
-    def spawner(self) -> Spawner:
-        with self.host.lock:
-            if self._spawner is None:
-                from kiln.exec.worker_spawner import WorkerSpawner
+    def _make_spawner(self) -> Spawner:
+        from kiln.exec.worker_spawner import WorkerSpawner
 
-                settings = self.host.settings
-                self._spawner = WorkerSpawner(
-                    settings.python,
-                    settings.worker_max_instances,
-                    settings.worker_preload,
-                    self.host.sandboxing.get(),
-                )
-                self.host.started(self._spawner)
-            return self._spawner
+        settings = self.host.settings
+        return WorkerSpawner(
+            settings.python,
+            settings.worker_max_instances,
+            settings.worker_preload,
+            self.host.sandboxing.get(),
+        )
 
     def run(self, work: Work) -> Ran:
         if not work.action.supports_workers:
             return self.local.run(work)
         return _run_here(self.host, work, self.spawner)
-
-    def cancel_all(self) -> None:
-        if self._spawner is not None:
-            self._spawner.cancel_all()
-
-    def close(self) -> None:
-        if self._spawner is not None:
-            self._spawner.close()
 
 
 class RemoteStrategy:

@@ -203,6 +203,9 @@ class _NodeMachine:
             output_base=OutputBase(root),
             disk_cache=DiskCache(root / "cache"),
             warn=lambda message: print(f"WARNING: {message}", file=sys.stderr),
+            # A forced ray.cancel kills this process and its children: a host that is
+            # nobody's child lives on to see its lifeline end, and kills its command.
+            detached=True,
         )
         self._lock = threading.Lock()
         self._plain: SupervisorSpawner | None = None

@@ -2,7 +2,7 @@
 
     from kiln.rule_api import LabelAttr, Rule, RuleAttrs, RuleContext, DefaultInfo, ...
 
-A rule is a module of the catalogue (rules/<name>.py) defining an attribute
+A rule is a module of the catalogue (rules/<folder>/<name>.py) defining an attribute
 schema (a RuleAttrs pydantic model) and `impl(ctx: RuleContext) -> providers`,
 joined in `RULE = Rule(...)`. Through the context it declares outputs and the
 actions that make them; the actions' specs are typed records
@@ -45,6 +45,7 @@ from kiln.action_specs import (
     WeightsForm,
     WeightsSpec,
 )
+from kiln.actions.tensorrt.settings import FORCED_OFF as TRT_FORCED_OFF
 from kiln.cc_templates import class_name, environment
 from kiln.cpu_isa import DEFAULT_TARGET as DEFAULT_CPU_TARGET
 from kiln.cpu_isa import Isa
@@ -55,7 +56,6 @@ from kiln.rule_api.attrs import LabelAttr, LabelListAttr, OutputAttr, OutputList
 from kiln.rule_api.context import ActionFactory, AnalysisError, RuleContext
 from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo
 from kiln.rule_api.rule import Rule
-from kiln.tensorrt_settings import FORCED_OFF as TRT_FORCED_OFF
 
 __all__ = [
     "DEFAULT_CPU_TARGET",

@@ -2,11 +2,11 @@
 
     trt_gm = torch_tensorrt.dynamo.compile(program, inputs=[Input(min, opt, max)], ...)
              or, where the toolchain can refit (package_refit), TrtCompile's refittable
-             program with the weights refit in (kiln.actions.trt_refit): no engine build
+             program with the weights refit in (kiln.actions.tensorrt.refit): no engine build
     torch_tensorrt.save(trt_gm, "<name>.pt2", output_format="aot_inductor",
                         retrace=True, arg_inputs=...)
 
-The compile is TrtEngine's (kiln.actions.trt_compiler): the same policy for which
+The compile is TrtEngine's (kiln.actions.tensorrt.compiler): the same policy for which
 settings the installed Torch-TensorRT accepts, Torch-TensorRT's engine cache off
 (kiln's keys decide reuse), a timing cache of the action's own.
 """
@@ -19,14 +19,14 @@ from typing import Any
 from kiln.action_specs import PackageSpec, TensorRTSettings, TrtRefit
 from kiln.actions.model_loading import example_inputs
 from kiln.actions.spec import ActionFailure
-from kiln.actions.trt_compiler import compile_program, import_torch_tensorrt
+from kiln.actions.tensorrt.compiler import compile_program, import_torch_tensorrt
 
 
 def package(
     program: Any, spec: PackageSpec, settings: TensorRTSettings, output: Path, scratch: Path
 ) -> None:
     """Compile the exported program (its weights inside) and save it as a .pt2: the same
-    compile as TrtEngine's (kiln.actions.trt_compiler: one settings policy, the engine
+    compile as TrtEngine's (kiln.actions.tensorrt.compiler: one settings policy, the engine
     cache off)."""
     torch_tensorrt = import_torch_tensorrt()
     trt_gm, _, _ = compile_program(
@@ -43,10 +43,10 @@ def package(
 def package_refit(
     spec: PackageSpec, settings: TensorRTSettings, refit: TrtRefit, output: Path
 ) -> str:
-    """Refit the weights into TrtCompile's refittable program (kiln.actions.trt_refit:
+    """Refit the weights into TrtCompile's refittable program (kiln.actions.tensorrt.refit:
     no engine build where the toolchain can refit) and save it as a .pt2; how the
     weights got in."""
-    from kiln.actions import trt_refit
+    from kiln.actions.tensorrt import refit as trt_refit
 
     torch_tensorrt = import_torch_tensorrt()
     examples = list(_examples(spec))

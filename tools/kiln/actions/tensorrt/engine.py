@@ -15,7 +15,7 @@ inline engine where the module was loaded from a saved program (find_engines), g
 <name>.engines/ and a manifest to <name>.manifest.json (see build_manifest).
 
 The compile, its settings policy and the engine cache forced off are
-kiln.actions.trt_compiler's; the manifest lists the settings left out.
+kiln.actions.tensorrt.compiler's; the manifest lists the settings left out.
 """
 
 from __future__ import annotations
@@ -48,14 +48,14 @@ from kiln.action_specs import (
 )
 from kiln.actions import spec as action_spec
 from kiln.actions.spec import ActionFailure
-from kiln.actions.trt_compiler import (  # the one compile and settings policy
+from kiln.actions.tensorrt.compiler import (  # the one compile and settings policy
     COMPILE,
     CROSS_COMPILE,
     compile_program,
     import_torch_tensorrt,
 )
-from kiln.actions.trt_compiler import brief as _brief
-from kiln.tensorrt_settings import FORCED_OFF
+from kiln.actions.tensorrt.compiler import brief as _brief
+from kiln.actions.tensorrt.settings import FORCED_OFF
 
 DOCUMENTED_SAVE = "torch_tensorrt.save"
 CODED_SAVE = "torch_tensorrt.dynamo.save_cross_compiled_exported_program"
@@ -86,7 +86,7 @@ def main(spec: TrtEngineSpec) -> None:
     signature = spec.model.signature
     examples = [t.to(device) for t in example_inputs(signature.inputs)]
     if spec.refit is not None:
-        from kiln.actions import trt_refit
+        from kiln.actions.tensorrt import refit as trt_refit
 
         program, trt_gm, passed, dropped, weights = trt_refit.refitted(
             torch_tensorrt,

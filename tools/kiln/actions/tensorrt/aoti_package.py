@@ -3,7 +3,7 @@
 Backend "tensorrt": torch_tensorrt.dynamo.compile with Input(min, opt, max) ranges
 (or, with the spec's `refit`, TrtCompile's refittable program with the weights refit
 in), then torch_tensorrt.save(..., output_format="aot_inductor", retrace=True), as the
-Torch-TensorRT AOTInductor guide shows (kiln.actions.tensorrt_backend). Backend
+Torch-TensorRT AOTInductor guide shows (kiln.actions.tensorrt.aoti_backend). Backend
 "inductor" compiles the program's structure once and joins the weights after:
 kiln.actions.aoti_compile and kiln.actions.aoti_join.
 
@@ -38,7 +38,7 @@ def main(spec: PackageSpec) -> None:
                 "AotiPackage builds Torch-TensorRT packages; an AOTInductor package is "
                 "AotiCompile (the structure) and AotiJoin (the weights)"
             )
-        from kiln.actions import tensorrt_backend
+        from kiln.actions.tensorrt import aoti_backend as tensorrt_backend
 
         if spec.refit is not None:
             print(tensorrt_backend.package_refit(spec, spec.tensorrt, spec.refit, output))

@@ -57,9 +57,9 @@ from kiln.rule_api import (
     WeightsForm,
     resolve_cpu_target,
 )
-from kiln.rules import aoti_loader
-from kiln.rules.torch_model import TorchModelInfo
-from kiln.rules.trt_toolchain import TENSORRT
+from kiln.rules.aoti import aoti_loader
+from kiln.rules.model.torch_model import TorchModelInfo
+from kiln.rules.tensorrt.trt_toolchain import TENSORRT
 from pydantic import Field
 
 # The standard and the TensorRT-RTX flavours of Torch-TensorRT install under different names.
@@ -426,7 +426,7 @@ def _tensorrt_package(
     )
     actions.run(
         "AotiPackage",
-        "aoti_package",
+        "tensorrt.aoti_package",
         package_spec,
         inputs,
         [package],
@@ -492,7 +492,9 @@ def _refittable(
         ),
     )
     memory_mb = ctx.attrs.memory_mb
-    actions.run("TrtCompile", "trt_compile", compile_spec, [structure], [compiled], memory_mb)
+    actions.run(
+        "TrtCompile", "tensorrt.compile_structure", compile_spec, [structure], [compiled], memory_mb
+    )
     return TrtRefit(compiled=compiled.path, structure=structure.path, weights=weights.path)
 
 
