@@ -34,6 +34,7 @@ from kiln.rule_api import (
     DEFAULT_CPU_TARGET,
     GPUS,
     Backend,
+    BuildGpu,
     CompileSpec,
     CpuTarget,
     DefaultInfo,
@@ -43,7 +44,7 @@ from kiln.rule_api import (
     HostFacts,
     JoinSpec,
     LabelAttr,
-    PackageSpec,
+    ManifestSpec,
     Provenance,
     PythonPackage,
     Resources,
@@ -52,7 +53,9 @@ from kiln.rule_api import (
     RuleContext,
     TensorRTSettings,
     TrtCompileSpec,
+    TrtPackageSpec,
     TrtRefit,
+    TrtRefitSpec,
     ValidateSpec,
     WeightsForm,
     resolve_cpu_target,
@@ -181,8 +184,9 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
     goldens = ctx.declare_file(f"{ctx.name}.golden.safetensors") if attrs.validate_ else None
     if attrs.backend == "inductor":
         package, weights = _compile_and_join(ctx, model, actions, goldens)
+        manifest = None
     else:
-        package, weights = _tensorrt_package(ctx, model, actions, goldens), None
+        (package, manifest), weights = _tensorrt_package(ctx, model, actions, goldens), None
 
     outputs = [package, *([weights] if weights else [])]
     if goldens is not None:
@@ -219,6 +223,9 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
             extra_packages=("safetensors",),
         )
         outputs.append(report)
+    if manifest is None:
+        manifest = _manifest(ctx, model, actions, package)
+    outputs.append(manifest)
 
     library = aoti_loader.declare_loader_library(
         ctx,
@@ -357,14 +364,7 @@ def _compile_and_join(
             weights=weights.path,
             output=package.path,
             form=attrs.weights,
-            provenance=Provenance(
-                target=ctx.label,
-                model=model.label,
-                device=attrs.device,
-                cpu_target=attrs.cpu_target,
-                cpu_isa=_cpu_isa(ctx),
-                toolchain={"python": ctx.host.python, "os": ctx.host.os, "arch": ctx.host.arch},
-            ),
+            provenance=_provenance(ctx, model),
         ),
     )
     actions.run(
@@ -384,56 +384,144 @@ def _tensorrt_package(
     model: TorchModelInfo,
     actions: _Actions,
     goldens: File | None,
-) -> File:
-    """Torch-TensorRT's AOTInductor packaging: the .pt2.
+) -> tuple[File, File]:
+    """Torch-TensorRT's AOTInductor packaging: (the .pt2, its manifest).
 
-    Where the toolchain can refit (and `refit` is on), the engines are built once per
-    architecture, as trt_engine builds them:
+    Where the toolchain can refit (and `refit` is on), the engines and the package
+    around them are built once per architecture:
 
         TorchExport   the structure (placeholders), the weights apart, eager's goldens
         TrtCompile    structure -> <name>.refittable.ep (immutable_weights False)
-        AotiPackage   the weights refit into it, then the AOTInductor packaging: a
-                      change of weights alone re-runs this, never TrtCompile
+        AotiPackage   the refittable program packaged as it is -> <name>.program.pt2
+        AotiRefit     the weights refit into the engines, and the program package
+                      given the refit engine objects (no recompile) -> <name>.pt2 +
+                      manifest: a change of weights alone re-runs this, never
+                      TrtCompile or AotiPackage
 
     Otherwise TorchExport exports the program with its weights and AotiPackage
-    compiles it.
+    compiles and packages it (and writes the manifest).
     """
     attrs, name = ctx.attrs, ctx.name
     settings = _tensorrt_settings(attrs)
-    refit: TrtRefit | None = None
-    if attrs.refit and ctx.toolchain(TENSORRT).refit:
-        refit = _refittable(ctx, model, actions, goldens, settings)
-        program = File(refit.compiled)
-        inputs = [program, File(refit.structure), File(refit.weights)]
-    else:
-        program = _export_with_weights(ctx, model, actions, goldens)
-        inputs = [program]
+    origin = _provenance(ctx, model)
     package = ctx.declare_file(f"{name}.pt2")
+    manifest = ctx.declare_file(f"{name}.manifest.json")
     package_spec = ctx.declare_file(f"{name}.package.json")
+    common = {
+        "label": ctx.label,
+        "provenance": origin,
+        "device": attrs.device,
+        "signature": model.signature,
+        "inductor_configs": attrs.inductor_configs,
+        "tensorrt": settings,
+    }
+    if not (attrs.refit and ctx.toolchain(TENSORRT).refit):
+        program = _export_with_weights(ctx, model, actions, goldens)
+        ctx.actions.write_spec(
+            package_spec,
+            TrtPackageSpec(
+                program=program.path,
+                compiled=False,
+                output=package.path,
+                manifest=manifest.path,
+                **common,  # type: ignore[arg-type]
+            ),
+        )
+        actions.run(
+            "AotiPackage",
+            "tensorrt.aoti_package",
+            package_spec,
+            [program],
+            [package, manifest],
+            attrs.memory_mb,
+        )
+        return package, manifest
+
+    refit = _refittable(ctx, model, actions, goldens, settings)
+    compiled = File(refit.compiled)
+    program_package = ctx.declare_file(f"{name}.program.pt2")
     ctx.actions.write_spec(
         package_spec,
-        PackageSpec(
-            program=program.path,
-            output=package.path,
-            device=attrs.device,
-            backend=attrs.backend,
-            cpu_target=attrs.cpu_target,
-            inductor_configs=attrs.inductor_configs,
-            signature=model.signature,
-            tensorrt=settings,
-            refit=refit,
+        TrtPackageSpec(
+            program=compiled.path,
+            compiled=True,
+            output=program_package.path,
+            manifest=None,
+            **common,  # type: ignore[arg-type]
         ),
     )
     actions.run(
         "AotiPackage",
         "tensorrt.aoti_package",
         package_spec,
-        inputs,
-        [package],
+        [compiled],
+        [program_package],
         attrs.memory_mb,
-        extra_packages=("safetensors",) if refit else (),
     )
-    return package
+    refit_spec = ctx.declare_file(f"{name}.refit.json")
+    ctx.actions.write_spec(
+        refit_spec,
+        TrtRefitSpec(
+            package=program_package.path,
+            refit=refit,
+            output=package.path,
+            manifest=manifest.path,
+            **common,  # type: ignore[arg-type]
+        ),
+    )
+    actions.run(
+        "AotiRefit",
+        "tensorrt.aoti_refit",
+        refit_spec,
+        [program_package, compiled, File(refit.structure), File(refit.weights)],
+        [package, manifest],
+        attrs.memory_mb,
+        extra_packages=("safetensors",),
+    )
+    return package, manifest
+
+
+def _provenance(ctx: RuleContext[AotiPackageAttrs], model: TorchModelInfo) -> Provenance:
+    """Where the package comes from, for its kiln.* metadata (docs/models.md)."""
+    attrs = ctx.attrs
+    return Provenance(
+        target=ctx.label,
+        model=model.label,
+        device=attrs.device,
+        cpu_target=attrs.cpu_target,
+        cpu_isa=_cpu_isa(ctx),
+        toolchain={"python": ctx.host.python, "os": ctx.host.os, "arch": ctx.host.arch},
+    )
+
+
+def _manifest(
+    ctx: RuleContext[AotiPackageAttrs],
+    model: TorchModelInfo,
+    actions: _Actions,
+    package: File,
+) -> File:
+    """AotiManifest of an inductor package: its weights joined, its kiln.* metadata, the
+    GPU its compile was keyed to; a declared output, so a cache hit shows it."""
+    manifest = ctx.declare_file(f"{ctx.name}.manifest.json")
+    spec = ctx.declare_file(f"{ctx.name}.manifest_spec.json")
+    gpu = actions.platform.get("gpu_name")
+    ctx.actions.write_spec(
+        spec,
+        ManifestSpec(
+            label=ctx.label,
+            model=model.label,
+            package=package.path,
+            output=manifest.path,
+            device=ctx.attrs.device,
+            build_gpu=BuildGpu(
+                name=gpu, compute_capability=actions.platform.get("compute_capability", "")
+            )
+            if gpu
+            else None,
+        ),
+    )
+    actions.run("AotiManifest", "aoti_manifest", spec, [package], [manifest], 500)
+    return manifest
 
 
 def _export_with_weights(

@@ -68,6 +68,7 @@ def test_the_compile_reads_the_structure_alone() -> None:
         "AotiCompile",
         "AotiJoin",
         "AotiValidate",
+        "AotiManifest",
     ]
     export = _action(actions, "TorchExport")
     assert _paths(export.inputs) == {"mlp_pt2.export.json", "models/mlp.py", "models/w.safetensors"}

@@ -19,6 +19,12 @@ behave the way Torch-TensorRT's sources say the real ones do (v2.11-v2.13, read,
 - the signatures name the real parameters, so kiln's filtering by
   inspect.signature sees what it would see there (`missing` removes some, as a
   version without them would);
+- `save(..., output_format="aot_inductor")` writes an archive laid out as torch 2.13's
+  AOTInductor packages one (kiln.actions.tensorrt.package_archive): a wrapper "library"
+  derived from the graph, each engine as a TorchBind constant
+  (`data/constants/custom_obj_N`, bytes of `torch._C._pickle_save`, which `install`
+  teaches to pickle a StandInEngine) named in `custom_objs_config.json`, and the
+  model's metadata record;
 - `load` gives back (as an ExportedProgram stands, with .module()) what `save` saved
   at that path; `refit_module_weights(compiled_module, new_weight_module, arg_inputs,
   kwarg_inputs, verify_output, in_place)` (2.13's parameters) returns a new module whose
@@ -113,6 +119,44 @@ class StandInEngine:
         return (list(self._info),)
 
 
+def pickled_engine(engine: StandInEngine) -> bytes:
+    """A StandInEngine as torch._C._pickle_save gives a TorchBind object: its state."""
+    return b"standin-pickle:" + "|".join(engine.__getstate__()[0]).encode()
+
+
+def module_engines(module: Any) -> list[tuple[str, StandInEngine]]:
+    """(constant name, engine) as a retraced program names them: inline engines by
+    their attribute, a `_run_on_acc_N` submodule's as `_run_on_acc_N_engine`."""
+    found = []
+    for name, child in module.named_children():
+        if isinstance(child, StandInTrtModule):
+            engine = StandInEngine(
+                child.serialized_engine, child.input_binding_names, child.output_binding_names
+            )
+            found.append((f"{name}_engine", engine))
+    found += [(n, v) for n, v in vars(module).items() if isinstance(v, StandInEngine)]
+    return sorted(found, key=lambda item: item[0])
+
+
+def aoti_archive(module: Any, path: str) -> None:
+    """What aoti_compile_and_package writes for a module with TensorRT engines (the
+    layout of torch 2.13's, kiln.actions.tensorrt.package_archive): a "wrapper library"
+    from the graph's code, the engines as custom objects, the metadata record."""
+    import json
+
+    from torch.export.pt2_archive import PT2ArchiveWriter
+
+    engines = module_engines(module)
+    config = {name: f"custom_obj_{i}" for i, (name, _) in enumerate(engines)}
+    model = "data/aotinductor/model/"
+    with PT2ArchiveWriter(path) as writer:
+        writer.write_bytes(model + "model.wrapper.so", module.code.encode())
+        writer.write_bytes(model + "custom_objs_config.json", json.dumps(config).encode())
+        writer.write_bytes(model + "model_metadata.json", b'{"AOTI_DEVICE_KEY": "cuda"}')
+        for i, (_, engine) in enumerate(engines):
+            writer.write_bytes(f"data/constants/custom_obj_{i}", pickled_engine(engine))
+
+
 def _needs_cross_compile(f: Any) -> Any:
     """As Torch-TensorRT's decorator of that name (2.11-2.13): no functools.wraps, so the
     wrapper's own signature is (*args, **kwargs)."""
@@ -191,6 +235,14 @@ class StandIn:
         monkeypatch.setitem(sys.modules, "torch_tensorrt", package)
         monkeypatch.setitem(sys.modules, "torch_tensorrt.dynamo", dynamo)
         monkeypatch.setitem(sys.modules, "tensorrt", tensorrt)
+        original = torch._C._pickle_save
+
+        def pickle_save(obj: Any) -> bytes:
+            if isinstance(obj, StandInEngine):
+                return pickled_engine(obj)
+            return bytes(original(obj))
+
+        monkeypatch.setattr(torch._C, "_pickle_save", pickle_save)
 
     def names(self) -> list[str]:
         return [c.name for c in self.calls]
@@ -219,6 +271,9 @@ class StandIn:
             if standin.save_error is not None:
                 raise RuntimeError(standin.save_error)
             standin.saved[file_path] = module
+            if kwargs.get("output_format") == "aot_inductor":
+                aoti_archive(module, file_path)
+                return
             with open(file_path, "wb") as f:
                 f.write(b"standin: torch_tensorrt.save")
 
