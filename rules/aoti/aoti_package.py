@@ -63,7 +63,7 @@ from kiln.rule_api import (
 from kiln.rules.aoti import aoti_loader
 from kiln.rules.model.torch_model import TorchModelInfo
 from kiln.rules.tensorrt.trt_toolchain import TENSORRT
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 # The standard and the TensorRT-RTX flavours of Torch-TensorRT install under different names.
 TRT_DISTRIBUTIONS = ("torch_tensorrt", "torch_tensorrt_rtx")
@@ -140,6 +140,11 @@ class AotiPackageAttrs(RuleAttrs):
     version_compatible: bool = Field(
         default=False, description="engines for newer TensorRT within the major version"
     )
+    torch_executed_ops: list[str] = Field(
+        default_factory=list,
+        description="backend 'tensorrt': ops left to PyTorch around the engines, e.g. "
+        "'torch.ops.aten.relu.default'",
+    )
     use_explicit_typing: bool | None = Field(
         default=None, description="Torch-TensorRT < 2.13 only (strong typing is always on)"
     )
@@ -172,6 +177,12 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
         raise ctx.error(
             "weights = 'separate' needs backend = 'inductor': a Torch-TensorRT package "
             "holds its weights inside its engines"
+        )
+    if attrs.backend == "inductor" and attrs.torch_executed_ops:
+        raise ctx.error(
+            "torch_executed_ops needs backend = 'tensorrt': it names ops left out of "
+            "TensorRT's engines",
+            hint="remove torch_executed_ops, or set backend = 'tensorrt'",
         )
     if attrs.backend == "inductor":
         _check_split_settings(ctx)
@@ -414,6 +425,7 @@ def _tensorrt_package(
         "signature": model.signature,
         "inductor_configs": attrs.inductor_configs,
         "tensorrt": settings,
+        "torch_executed_ops": tuple(attrs.torch_executed_ops),
     }
     if not (attrs.refit and ctx.toolchain(TENSORRT).refit):
         program = _export_with_weights(ctx, model, actions, goldens)
@@ -575,7 +587,11 @@ def _refittable(
             device=ctx.attrs.device,
             signature=model.signature,
             ranges=model.signature.ranges(),
-            settings={**settings.compile_kwargs(), "immutable_weights": False},
+            settings={
+                **settings.compile_kwargs(),
+                **_executed_ops(ctx),
+                "immutable_weights": False,
+            },
             output=compiled.path,
         ),
     )
@@ -644,6 +660,11 @@ def _gpu_properties(ctx: RuleContext[AotiPackageAttrs]) -> dict[str, str]:
     if not gpus:
         return {}
     return {"gpu_name": gpus[0].name, "compute_capability": gpus[0].compute_capability}
+
+
+def _executed_ops(ctx: RuleContext[AotiPackageAttrs]) -> dict[str, JsonValue]:
+    ops: list[JsonValue] = list(ctx.attrs.torch_executed_ops)
+    return {"torch_executed_ops": ops} if ops else {}
 
 
 def _tensorrt_settings(attrs: AotiPackageAttrs) -> TensorRTSettings:

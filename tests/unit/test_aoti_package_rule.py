@@ -177,6 +177,12 @@ def test_settings_that_put_weight_values_into_code_are_refused(
     assert error.value.label == "//models:mlp_pt2"
 
 
+def test_ops_left_to_pytorch_need_the_tensorrt_backend() -> None:
+    with pytest.raises(AnalysisError) as error:
+        _analyze(torch_executed_ops=["torch.ops.aten.relu.default"])
+    assert str(error.value).startswith("torch_executed_ops needs backend = 'tensorrt'")
+
+
 def test_freezing_off_and_user_metadata_are_fine() -> None:
     _, actions = _analyze(inductor_configs={"freezing": False, "aot_inductor.metadata": {"a": "b"}})
     assert _spec(actions, "mlp_pt2.compile.json")["inductor_configs"]["freezing"] is False

@@ -97,6 +97,7 @@ class TrtPackageSpec(Spec):
     signature: ModelSignature  # example inputs and dynamic shapes the package is saved with
     inductor_configs: dict[str, JsonValue]
     tensorrt: TensorRTSettings
+    torch_executed_ops: tuple[str, ...]  # ops left to PyTorch, around the engines
 
 
 class TrtRefitSpec(Spec):
@@ -113,3 +114,4 @@ class TrtRefitSpec(Spec):
     signature: ModelSignature
     inductor_configs: dict[str, JsonValue]  # for the fallback that packages again
     tensorrt: TensorRTSettings
+    torch_executed_ops: tuple[str, ...]

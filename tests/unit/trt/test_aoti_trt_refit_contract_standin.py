@@ -140,6 +140,15 @@ def test_the_engines_and_the_package_around_them_are_built_from_the_structure() 
     )
 
 
+def test_ops_left_to_pytorch_reach_every_compile_of_the_engines() -> None:
+    ops = ["torch.ops.aten.relu.default"]
+    actions = _analyze({"torch_executed_ops": ops})
+    assert written(actions, f"{OUT}.compile.json")["settings"]["torch_executed_ops"] == ops
+    assert written(actions, f"{OUT}.refit.json")["torch_executed_ops"] == ops  # a rebuild's
+    unsplit = _analyze({"torch_executed_ops": ops, "refit": False})
+    assert written(unsplit, f"{OUT}.package.json")["torch_executed_ops"] == ops
+
+
 @pytest.mark.parametrize(
     ("attrs", "probe"),
     [({"refit": False}, GPU_STANDARD), ({}, dataclasses.replace(GPU_STANDARD, refit=False))],

@@ -30,19 +30,22 @@ def compiled(
     torch_tensorrt: Any,
     program: Any,
     signature: ModelSignature,
-    settings: TensorRTSettings,
+    settings: dict[str, Any],
     scratch: Path,
 ) -> Any:
     """The exported program (its weights inside) compiled: TrtEngine's compile."""
     trt_gm, _, _ = compile_program(
-        torch_tensorrt,
-        program,
-        signature.ranges(),
-        settings.compile_kwargs(),
-        windows=False,
-        scratch=scratch,
+        torch_tensorrt, program, signature.ranges(), settings, windows=False, scratch=scratch
     )
     return trt_gm
+
+
+def compile_settings(
+    settings: TensorRTSettings, torch_executed_ops: tuple[str, ...]
+) -> dict[str, Any]:
+    """torch_tensorrt.dynamo.compile's keyword arguments for the target."""
+    extra = {"torch_executed_ops": list(torch_executed_ops)} if torch_executed_ops else {}
+    return {**settings.compile_kwargs(), **extra}
 
 
 def loaded(torch_tensorrt: Any, path: str) -> Any:

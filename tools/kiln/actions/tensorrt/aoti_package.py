@@ -48,9 +48,8 @@ def main(spec: TrtPackageSpec) -> None:
             aoti_backend.save(module, output, **save)  # type: ignore[arg-type]
             return
         program = torch.export.load(spec.program)
-        trt_gm = aoti_backend.compiled(
-            torch_tensorrt, program, spec.signature, spec.tensorrt, cache
-        )
+        settings = aoti_backend.compile_settings(spec.tensorrt, spec.torch_executed_ops)
+        trt_gm = aoti_backend.compiled(torch_tensorrt, program, spec.signature, settings, cache)
         saved = cache / "saved" / output.name
         aoti_backend.save(trt_gm, saved, **save)  # type: ignore[arg-type]
         from kiln.actions.tensorrt.engine import find_engines

@@ -61,7 +61,7 @@ def main(spec: TrtRefitSpec) -> None:
             spec.refit,
             list(aoti_backend.examples(spec.signature, spec.device)),
             device=spec.device,
-            settings=spec.tensorrt.compile_kwargs(),
+            settings=aoti_backend.compile_settings(spec.tensorrt, spec.torch_executed_ops),
             ranges=spec.signature.ranges(),
         )
         engines = package_facts.all_engines(trt_gm)
