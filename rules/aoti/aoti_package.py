@@ -16,14 +16,18 @@ Compiled once per architecture, weights joined after. Actions, each cached on it
                   eager's outputs is a hit)
     FileWrite     the C++ loader library (<name>_loader/...) and the Python loader
                   (<name>_loader.py)
+    AotiManifest  <name>.pt2 -> <name>.manifest.json (how the weights got in, the
+                  package's kiln.* metadata; an output, so a cache hit shows it)
 
 `weights` picks the deployment form: "packaged" (a self-contained .pt2) or
 "separate" (the .pt2 holds the program alone; <name>.weights.safetensors is loaded
 at start). Backend "tensorrt" compiles with Torch-TensorRT and needs torch_tensorrt:
 where it can refit (and `refit` is left on), TorchExport (structure + weights),
-TrtCompile (the refittable program, once per architecture) and AotiPackage (the
-weights refit in, then Torch-TensorRT's AOTInductor packaging); otherwise
-TorchExport (weights inside) and AotiPackage. Validation as above.
+TrtCompile (the refittable program, once per architecture), AotiPackage (that
+program in Torch-TensorRT's AOTInductor packaging, once per architecture) and
+AotiRefit (the weights refit in, the package's engine objects replaced: no
+recompile; it writes the manifest); otherwise TorchExport (weights inside) and
+AotiPackage (which writes the manifest). Validation as above.
 """
 
 from __future__ import annotations
