@@ -311,8 +311,14 @@ def test_a_program_with_weights_outside_its_engines_is_packaged_again(
 
     def with_own_weights(self: StandIn, program: Any, *, refit: bool = False) -> Any:
         module = refit_module(self, program, refit=refit)
-        if refit:
+        if refit:  # output * norm_weight, after the engine
             module.register_parameter("norm_weight", torch.nn.Parameter(torch.ones(4)))
+            output = next(n for n in module.graph.nodes if n.op == "output")
+            with module.graph.inserting_before(output):
+                weight = module.graph.get_attr("norm_weight")
+                scaled = module.graph.call_function(torch.mul, (output.args[0], weight))
+            output.args = (scaled,)
+            module.recompile()
         return module
 
     trt_actions.setattr(StandIn, "_graph_module", with_own_weights)

@@ -32,6 +32,7 @@ from typing import Any
 from kiln.actions import spec as action_spec
 from kiln.actions import temp_state
 from kiln.actions.inductor_cache import cpu_target_env
+from kiln.actions.spec import ActionFailure
 from kiln.actions.temp_state import pin_temp_dirs
 from kiln.actions.tensorrt.package_facts import inline_engines
 from kiln.package_specs import PackageWeights, TrtRefitSpec, WeightsHow
@@ -65,8 +66,14 @@ def main(spec: TrtRefitSpec) -> None:
             ranges=spec.signature.ranges(),
         )
         engines = package_facts.all_engines(trt_gm)
-        records = package_archive.engine_records(Path(spec.package))
-        why_not = swap_refused(trt_gm, engines, records) if weights.refit else weights.how
+        unread: str | None = None
+        try:
+            records = package_archive.engine_records(Path(spec.package))
+        except ActionFailure as error:  # a layout this code does not know: package again
+            records, unread = {}, str(error)
+        why_not = (
+            (unread or swap_refused(trt_gm, engines, records)) if weights.refit else weights.how
+        )
         how: WeightsHow = "refit" if weights.refit else "built"
         if why_not is None:
             engines = _paired(engines, records)
@@ -143,17 +150,21 @@ def swap_refused(
 
 
 def outside_engines(trt_gm: Any) -> list[str]:
-    """Tensors the refit module holds besides its engines (parameters, buffers, tensor
-    constants): what the program around the engines computes with."""
+    """Tensors the refit module's graph reads besides its engines (parameters, buffers,
+    constants of ops left to PyTorch): what the package's wrapper was compiled with."""
     import torch
 
-    names = [n for n, _ in trt_gm.named_parameters()] + [n for n, _ in trt_gm.named_buffers()]
     from kiln.actions.tensorrt.engine import _attribute
 
-    for node in trt_gm.graph.nodes:
-        if node.op == "get_attr" and isinstance(_attribute(trt_gm, node.target), torch.Tensor):
-            names.append(str(node.target))
-    return sorted(set(names))
+    return sorted(
+        {
+            str(node.target)
+            for node in trt_gm.graph.nodes
+            if node.op == "get_attr"
+            and node.users
+            and isinstance(_attribute(trt_gm, node.target), torch.Tensor)
+        }
+    )
 
 
 def _paired(engines: list[tuple[str, Any]], records: dict[str, str]) -> list[tuple[str, Any]]:
