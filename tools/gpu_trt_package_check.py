@@ -248,9 +248,11 @@ import json, sys, time
 t0 = time.perf_counter()
 import torch
 t1 = time.perf_counter()
-path, device, trt = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-if trt:
+path, device, trt = sys.argv[1], sys.argv[2], sys.argv[3]
+if trt == "1":
     import torch_tensorrt  # registers the engine class and ops the package calls
+elif trt != "0":
+    torch.ops.load_library(trt)  # libtorchtrt_runtime.so alone registers them too
 t2 = time.perf_counter()
 import torch._inductor
 package = torch._inductor.aoti_load_package(path)
@@ -319,28 +321,33 @@ def _result(text: str) -> dict[str, Any] | None:
 
 
 def step_load() -> None:
-    forms = {"mlp_cpu": ("cpu", "0"), "mlp_cuda": ("cuda", "0"), "mlp_trt_pt2": ("cuda", "1")}
-    for target, (device, trt) in forms.items():
+    forms = {
+        "mlp_cpu": ("mlp_cpu", "cpu", "0"),
+        "mlp_cuda": ("mlp_cuda", "cuda", "0"),
+        "mlp_trt_pt2": ("mlp_trt_pt2", "cuda", "1"),
+        # the TensorRT runtime library alone, as the generated loaders can load it
+        # ($KILN_TORCHTRT_RUNTIME), instead of the whole torch_tensorrt package
+        "mlp_trt_pt2 (runtime .so)": ("mlp_trt_pt2", "cuda", _torchtrt_runtime() or "1"),
+    }
+    for form, (target, device, trt) in forms.items():
         if target not in TARGETS:
             continue
         package = WS / f"kiln-out/models/{target}.pt2"
         if not package.exists() or left() < 90:
-            report("SKIP", f"load {target}", "no package (step build)" if left() >= 90 else "time")
+            report("SKIP", f"load {form}", "no package (step build)" if left() >= 90 else "time")
             continue
         started = time.monotonic()
         code, text = fresh_python(["-c", LOAD, str(package), device, trt], min(240, left()))
         wall = time.monotonic() - started
         found = _result(text)
-        log(
-            "load-profile.txt", f"\n=== load {target} (exit {code}, {wall:.1f} s)\n{text[-3000:]}\n"
-        )
+        log("load-profile.txt", f"\n=== load {form} (exit {code}, {wall:.1f} s)\n{text[-3000:]}\n")
         if found is None:
-            report("FAIL", f"load {target}", text.strip()[-600:])
+            report("FAIL", f"load {form}", text.strip()[-600:])
             continue
         found["process_wall_s"] = round(wall, 2)
         found["package_bytes"] = package.stat().st_size
-        results.setdefault("load", {})[target] = found
-        report("INFO", f"load {target}", json.dumps(found))
+        results.setdefault("load", {})[form] = found
+        report("INFO", f"load {form}", json.dumps(found))
         save_results()
     loads = results.get("load", {})
     if "mlp_trt_pt2" in loads and "mlp_cuda" in loads:
