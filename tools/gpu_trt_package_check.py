@@ -549,15 +549,12 @@ def _library_dirs() -> list[str]:
     """Folders of TensorRT's and CUDA's shared libraries in the Python path (the runtime
     links them; in Python, torch_tensorrt's import loads them)."""
     dirs: list[str] = []
-    for root in (p for p in sys.path if p and Path(p).is_dir()):
-        for pattern in (
-            "tensorrt*_libs",
-            "tensorrt_rtx*",
-            "torch_tensorrt/lib",
-            "nvidia/*/lib",
-            "torch/lib",
-        ):
-            dirs += [str(p) for p in sorted(Path(root).glob(pattern)) if p.is_dir()]
+    libraries = ("libtensorrt_rtx.so*", "libnvinfer.so*", "libtorchtrt_runtime.so", "libcudart.so*")
+    for root in (Path(p) for p in sys.path if p and Path(p).is_dir()):
+        for name in libraries:
+            for depth in ("*", "*/*", "*/*/*"):
+                dirs += [str(f.parent) for f in sorted(root.glob(f"{depth}/{name}"))]
+        dirs += [str(root / "torch" / "lib")] if (root / "torch" / "lib").is_dir() else []
     return list(dict.fromkeys(dirs))
 
 
