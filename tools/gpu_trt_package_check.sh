@@ -3,9 +3,9 @@
 # load times and the C++ loaders of CPU, CUDA and TensorRT packages of the mlp.
 # tools/gpu_trt_package_check.py does the work and says what each line checks.
 #
-#     OUT=/some/dir tools/gpu_trt_package_check.sh [build] [weights] [load] [cxx]
+#     OUT=/some/dir tools/gpu_trt_package_check.sh [build] [weights] [load] [cxx] [resnet]
 #
-# No step named: all four, each skipped when the time left (DEADLINE_S, 480 s of the
+# No step named: the first four, each skipped when the time left (DEADLINE_S, 480 s of the
 # driver's) would not cover it; name the rest in a second call on the same warm machine
 # (its workspace, $WS, and venv stay in /tmp). The machine has python3 with a CUDA torch
 # (2.11), no network. What it needs:
