@@ -178,7 +178,10 @@ def _on_cpu(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _build(
-    monkeypatch: pytest.MonkeyPatch, attrs: dict[str, Any] | None = None, seed: int = 5
+    monkeypatch: pytest.MonkeyPatch,
+    attrs: dict[str, Any] | None = None,
+    seed: int = 5,
+    refit: bool = True,
 ) -> tuple[list[Action], StandIn]:
     """Analyze, then run TorchExport for real and the TensorRT actions against a fresh
     stand-in: (the actions, the stand-in of AotiPackage and AotiRefit)."""
@@ -190,7 +193,7 @@ def _build(
     torch_export.main(record(_on_cpu(export), ExportSpec))
     StandIn(save_error=None).install(monkeypatch)
     trt_compile.main(record(_on_cpu(written(actions, f"{OUT}.compile.json")), TrtCompileSpec))
-    standin = StandIn(save_error=None)
+    standin = StandIn(save_error=None, refit=refit)
     standin.install(monkeypatch)
     standin.saved[f"{OUT}.refittable.ep"] = _compiled_module()
     aoti_package.main(record(_on_cpu(written(actions, f"{OUT}.package.json")), TrtPackageSpec))
@@ -328,6 +331,23 @@ def test_a_program_with_weights_outside_its_engines_is_packaged_again(
     assert manifest.weights.how == "refit"
     assert "packaged again with the AOTInductor save" in manifest.weights.detail
     assert "reads 1 weight(s) of its own (norm_weight)" in manifest.weights.detail
+
+
+def test_where_the_toolchain_cannot_refit_after_all_the_engines_are_built_and_packaged(
+    trt_actions: pytest.MonkeyPatch,
+) -> None:
+    """The GPU node's Torch-TensorRT has ENABLED_FEATURES.refit False though the rule
+    expected a refit: AotiRefit compiles the program with its weights and packages that,
+    and the manifest says so."""
+    _, standin = _build(trt_actions, refit=False)
+    assert standin.names() == ["load", "save", "Input", "compile", "save"]
+    manifest = PackageManifest.read(f"{OUT}.manifest.json")
+    assert manifest.weights.how == "built"
+    assert manifest.weights.detail == (
+        "built with the weights, since torch_tensorrt 2.13.0 has ENABLED_FEATURES.refit "
+        "False: a change of weights rebuilds the engine"
+    )
+    assert package_archive.read_metadata(Path(f"{OUT}.pt2"))["kiln.weights_how"] == "built"
 
 
 def _refit_engine(refit: Any) -> Any:
