@@ -33,7 +33,7 @@ from kiln.rules.tensorrt.trt_toolchain import TENSORRT, Probe
 from torch.export.pt2_archive import PT2ArchiveReader
 from trt_fixtures import GPU_STANDARD, by_mnemonic, model_target, written
 from trt_manifests import record
-from trt_standin import StandIn, pickled_engine
+from trt_standin import StandIn, pickled_engine, unpickled_engine
 from trt_tiny import TINY, eager_state, model_execroot
 
 pytestmark = pytest.mark.torch
@@ -182,6 +182,7 @@ def _build(
     attrs: dict[str, Any] | None = None,
     seed: int = 5,
     refit: bool = True,
+    **standin: Any,
 ) -> tuple[list[Action], StandIn]:
     """Analyze, then run TorchExport for real and the TensorRT actions against a fresh
     stand-in: (the actions, the stand-in of AotiPackage and AotiRefit)."""
@@ -191,19 +192,22 @@ def _build(
     actions = _analyze(attrs)
     export = {**written(actions, f"{OUT}.export.json"), "model": model.model_dump(mode="json")}
     torch_export.main(record(_on_cpu(export), ExportSpec))
-    StandIn(save_error=None).install(monkeypatch)
+    StandIn(save_error=None, **standin).install(monkeypatch)
     trt_compile.main(record(_on_cpu(written(actions, f"{OUT}.compile.json")), TrtCompileSpec))
-    standin = StandIn(save_error=None, refit=refit)
-    standin.install(monkeypatch)
-    standin.saved[f"{OUT}.refittable.ep"] = _compiled_module()
+    recorder = StandIn(save_error=None, refit=refit, **standin)
+    recorder.install(monkeypatch)
+    recorder.saved[f"{OUT}.refittable.ep"] = _compiled_module(recorder)
     aoti_package.main(record(_on_cpu(written(actions, f"{OUT}.package.json")), TrtPackageSpec))
     aoti_refit.main(record(_on_cpu(written(actions, f"{OUT}.refit.json")), TrtRefitSpec))
-    return actions, standin
+    return actions, recorder
 
 
-def _compiled_module() -> Any:
+def _compiled_module(standin: StandIn) -> Any:
     """What TrtCompile saved (the stand-in's load of it, as ExportedProgram.module())."""
-    return StandIn()._graph_module(weights_split.load_structure(f"{OUT}.structure.pt2", "cpu"))
+    structure = weights_split.load_structure(f"{OUT}.structure.pt2", "cpu")
+    return StandIn(engines=standin.engines, fallback_op=standin.fallback_op)._graph_module(
+        structure
+    )
 
 
 def _records(path: str) -> dict[str, bytes]:
@@ -348,6 +352,31 @@ def test_where_the_toolchain_cannot_refit_after_all_the_engines_are_built_and_pa
         "False: a change of weights rebuilds the engine"
     )
     assert package_archive.read_metadata(Path(f"{OUT}.pt2"))["kiln.weights_how"] == "built"
+
+
+def test_engines_under_other_constant_names_are_matched_by_their_own_names(
+    trt_actions: pytest.MonkeyPatch,
+) -> None:
+    """Two engines with a PyTorch op between them (torch_executed_ops), in a package whose
+    constants are named otherwise than the refit module's attributes: each refit engine
+    replaces the package's object of the same engine name (its serialized state's)."""
+    _, standin = _build(
+        trt_actions, engines=2, fallback_op=True, constant_prefix="lifted_custom_obj_"
+    )
+    assert standin.names() == ["load", "save", "load", "refit_module_weights"]  # no save again
+    program, package = _records(f"{OUT}.program.pt2"), _records(f"{OUT}.pt2")
+    config = json.loads(package["data/aotinductor/model/custom_objs_config.json"])
+    assert config == {
+        "lifted_custom_obj__run_on_acc_0_engine": "custom_obj_0",
+        "lifted_custom_obj__run_on_acc_1_engine": "custom_obj_1",
+    }
+    for i in (0, 1):
+        record = f"data/constants/custom_obj_{i}"
+        engine = unpickled_engine(package[record])
+        assert engine.__getstate__()[0][1] == f"_run_on_acc_{i}"  # the engine it replaced
+        assert engine.__getstate__()[0][3] != unpickled_engine(program[record]).__getstate__()[0][3]
+    manifest = PackageManifest.read(f"{OUT}.manifest.json")
+    assert "compiled wrapper is AotiPackage's" in manifest.weights.detail
 
 
 def _refit_engine(refit: Any) -> Any:

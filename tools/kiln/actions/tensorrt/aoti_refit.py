@@ -71,12 +71,15 @@ def main(spec: TrtRefitSpec) -> None:
             records = package_archive.engine_records(Path(spec.package))
         except ActionFailure as error:  # a layout this code does not know: package again
             records, unread = {}, str(error)
+        in_package = engine_names(Path(spec.package), records)
         why_not = (
-            (unread or swap_refused(trt_gm, engines, records)) if weights.refit else weights.how
+            (unread or swap_refused(trt_gm, engines, records, in_package))
+            if weights.refit
+            else weights.how
         )
         how: WeightsHow = "refit" if weights.refit else "built"
         if why_not is None:
-            engines = _paired(engines, records)
+            engines = _paired(engines, records, in_package)
             replace = {records[name]: pickled(engine) for name, engine in engines}
             detail = f"{weights.how}; " + SWAPPED.format(records=", ".join(sorted(replace)))
             source = Path(spec.package)
@@ -130,7 +133,10 @@ def main(spec: TrtRefitSpec) -> None:
 
 
 def swap_refused(
-    trt_gm: Any, engines: list[tuple[str, Any]], records: dict[str, str]
+    trt_gm: Any,
+    engines: list[tuple[str, Any]],
+    records: dict[str, str],
+    in_package: dict[str, str] | None = None,
 ) -> str | None:
     """Why the refit engines cannot simply replace the package's, or None."""
     own = outside_engines(trt_gm)
@@ -143,7 +149,7 @@ def swap_refused(
     if not inline_engines(trt_gm):
         return "the refit module calls no engine inline"
     try:
-        _paired(engines, records)
+        _paired(engines, records, in_package)
     except KeyError as error:
         return str(error.args[0])
     return None
@@ -167,18 +173,53 @@ def outside_engines(trt_gm: Any) -> list[str]:
     )
 
 
-def _paired(engines: list[tuple[str, Any]], records: dict[str, str]) -> list[tuple[str, Any]]:
-    """(the package's constant name, the refit engine) for every engine: by name; a
-    package of one engine under another name takes the one refit engine."""
+def _paired(
+    engines: list[tuple[str, Any]],
+    records: dict[str, str],
+    in_package: dict[str, str] | None = None,
+) -> list[tuple[str, Any]]:
+    """(the package's constant name, the refit engine) for every engine: by constant name;
+    else by the engine's own name (its serialized state's NAME_IDX, `in_package` for the
+    package's objects); a package of one engine under another name takes the one."""
     names = {name for name, _ in engines}
     if names == set(records):
         return list(engines)
     if len(engines) == 1 and len(records) == 1:
         return [(next(iter(records)), engines[0][1])]
+    if in_package and set(in_package) == set(records):
+        by_state = {engine_name(engine): engine for _, engine in engines}
+        if len(by_state) == len(engines) and set(in_package.values()) == set(by_state):
+            return [(constant, by_state[name]) for constant, name in sorted(in_package.items())]
     raise KeyError(
         f"the package's engine constants ({', '.join(sorted(records)) or 'none'}) are not "
         f"the refit module's ({', '.join(sorted(names))})"
     )
+
+
+def engine_name(engine: Any) -> str:
+    """The name an engine object carries in its serialized state (Torch-TensorRT's
+    NAME_IDX: the TensorRT submodule it was built for)."""
+    from kiln.actions.tensorrt.engine import _runtime_constant
+
+    state = engine.__getstate__()
+    info = state[0] if state and isinstance(state[0], (list, tuple)) else state
+    return str(info[_runtime_constant("NAME_IDX", 1)])
+
+
+def engine_names(package: Path, records: dict[str, str]) -> dict[str, str] | None:
+    """{constant: engine_name} of the package's engine objects, unpickled (the Torch-TensorRT
+    runtime registers their class); None where one cannot be read."""
+    import torch
+    from torch.export.pt2_archive import PT2ArchiveReader
+
+    try:
+        with PT2ArchiveReader(str(package)) as reader:
+            return {
+                constant: engine_name(torch._C._pickle_load_obj(reader.read_bytes(record)))
+                for constant, record in records.items()
+            }
+    except Exception:  # a name that cannot be read only rules out this match
+        return None
 
 
 def pickled(engine: Any) -> bytes:
