@@ -24,6 +24,7 @@ KILN_PY = {
     "kiln/actions/__init__.py": "tools/kiln/actions/__init__.py",
     "kiln/actions/aoti_compile.py": "tools/kiln/actions/aoti_compile.py",
     "kiln/actions/aoti_join.py": "tools/kiln/actions/aoti_join.py",
+    "kiln/actions/aoti_manifest.py": "tools/kiln/actions/aoti_manifest.py",
     "kiln/actions/constant_layout.py": "tools/kiln/actions/constant_layout.py",
     "kiln/actions/errors.py": "tools/kiln/actions/errors.py",
     "kiln/actions/inductor_cache.py": "tools/kiln/actions/inductor_cache.py",
@@ -39,6 +40,8 @@ KILN_PY = {
     "kiln/actions/tensorrt/aoti_package.py": "tools/kiln/actions/tensorrt/aoti_package.py",
     "kiln/actions/tensorrt/compiler.py": "tools/kiln/actions/tensorrt/compiler.py",
     "kiln/actions/tensorrt/engine.py": "tools/kiln/actions/tensorrt/engine.py",
+    "kiln/actions/tensorrt/package_archive.py": "tools/kiln/actions/tensorrt/package_archive.py",
+    "kiln/actions/tensorrt/package_facts.py": "tools/kiln/actions/tensorrt/package_facts.py",
     "kiln/actions/tensorrt/refit.py": "tools/kiln/actions/tensorrt/refit.py",
     "kiln/actions/tensorrt/render_loader.py": "tools/kiln/actions/tensorrt/render_loader.py",
     "kiln/actions/tensorrt/settings.py": "tools/kiln/actions/tensorrt/settings.py",
@@ -69,6 +72,7 @@ KILN_PY = {
     "kiln/loading/__init__.py": "tools/kiln/loading/__init__.py",
     "kiln/loading/attr_errors.py": "tools/kiln/loading/attr_errors.py",
     "kiln/machine.py": "tools/kiln/machine.py",
+    "kiln/package_specs.py": "tools/kiln/package_specs.py",
     "kiln/rule_api/__init__.py": "tools/kiln/rule_api/__init__.py",
     "kiln/rule_api/attrs.py": "tools/kiln/rule_api/attrs.py",
     "kiln/rule_api/context.py": "tools/kiln/rule_api/context.py",
@@ -133,6 +137,7 @@ CODE = {
         "kiln/loading/__init__.py",
         "kiln/loading/attr_errors.py",
         "kiln/machine.py",
+        "kiln/package_specs.py",
         "kiln/rule_api/__init__.py",
         "kiln/rule_api/attrs.py",
         "kiln/rule_api/context.py",
@@ -197,6 +202,14 @@ CODE = {
         "kiln/actions/weights_split.py",
         "kiln/cpu_isa.py",
     ],
+    "kiln.actions.aoti_manifest": [
+        "kiln/__init__.py",
+        "kiln/action_specs.py",
+        "kiln/actions/__init__.py",
+        "kiln/actions/aoti_manifest.py",
+        "kiln/actions/spec.py",
+        "kiln/package_specs.py",
+    ],
     "kiln.actions.init_weights": [
         "kiln/__init__.py",
         "kiln/action_specs.py",
@@ -211,20 +224,28 @@ CODE = {
         "kiln/__init__.py",
         "kiln/action_specs.py",
         "kiln/actions/__init__.py",
+        "kiln/actions/constant_layout.py",
         "kiln/actions/errors.py",
         "kiln/actions/inductor_cache.py",
         "kiln/actions/model_loading.py",
+        "kiln/actions/model_traps.py",
         "kiln/actions/spec.py",
         "kiln/actions/temp_state.py",
         "kiln/actions/tensorrt/__init__.py",
         "kiln/actions/tensorrt/aoti_backend.py",
         "kiln/actions/tensorrt/aoti_package.py",
         "kiln/actions/tensorrt/compiler.py",
+        "kiln/actions/tensorrt/engine.py",
+        "kiln/actions/tensorrt/package_archive.py",
+        "kiln/actions/tensorrt/package_facts.py",
         "kiln/actions/tensorrt/refit.py",
         "kiln/actions/tensorrt/settings.py",
         "kiln/actions/toolchain_paths.py",
+        "kiln/actions/torch_export.py",
         "kiln/actions/torchvision_cpu.py",
         "kiln/actions/weights_split.py",
+        "kiln/cpu_isa.py",
+        "kiln/package_specs.py",
     ],
     "kiln.actions.tensorrt.engine": [
         "kiln/__init__.py",
@@ -424,6 +445,12 @@ RULES = {
                     {"kind": "out", "value": "{name}.pt2", "directory": False},
                     {
                         "kind": "out",
+                        "value": "{name}.manifest_spec.json",
+                        "directory": False,
+                    },
+                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
                     },
@@ -448,6 +475,7 @@ RULES = {
                     {"kind": "out", "value": "{name}.export.json"},
                     {"kind": "out", "value": "{name}.compile.json"},
                     {"kind": "out", "value": "{name}.join.json"},
+                    {"kind": "out", "value": "{name}.manifest_spec.json"},
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
@@ -539,8 +567,35 @@ RULES = {
                         ],
                         "gpu": False,
                     },
+                    {
+                        "mnemonic": "AotiManifest",
+                        "module": "kiln.actions.aoti_manifest",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.aoti_manifest"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.pt2"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.manifest.json"},
+                        ],
+                        "gpu": False,
+                    },
                 ],
                 "files": [
+                    {"kind": "out", "value": "{name}.manifest.json"},
                     {"kind": "out", "value": "{name}.pt2"},
                     {"kind": "out", "value": "{name}.weights.safetensors"},
                     {"kind": "out", "value": "{name}_loader.py"},
@@ -585,6 +640,12 @@ RULES = {
                     },
                     {
                         "kind": "out",
+                        "value": "{name}.manifest_spec.json",
+                        "directory": False,
+                    },
+                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
                     },
@@ -610,6 +671,7 @@ RULES = {
                     {"kind": "out", "value": "{name}.compile.json"},
                     {"kind": "out", "value": "{name}.join.json"},
                     {"kind": "out", "value": "{name}.validate.json"},
+                    {"kind": "out", "value": "{name}.manifest_spec.json"},
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
@@ -729,8 +791,35 @@ RULES = {
                         ],
                         "gpu": False,
                     },
+                    {
+                        "mnemonic": "AotiManifest",
+                        "module": "kiln.actions.aoti_manifest",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.aoti_manifest"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.pt2"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.manifest.json"},
+                        ],
+                        "gpu": False,
+                    },
                 ],
                 "files": [
+                    {"kind": "out", "value": "{name}.manifest.json"},
                     {"kind": "out", "value": "{name}.pt2"},
                     {"kind": "out", "value": "{name}.validation.json"},
                     {"kind": "out", "value": "{name}.weights.safetensors"},
@@ -765,6 +854,12 @@ RULES = {
                     {"kind": "out", "value": "{name}.pt2", "directory": False},
                     {
                         "kind": "out",
+                        "value": "{name}.manifest_spec.json",
+                        "directory": False,
+                    },
+                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
                     },
@@ -789,6 +884,7 @@ RULES = {
                     {"kind": "out", "value": "{name}.export.json"},
                     {"kind": "out", "value": "{name}.compile.json"},
                     {"kind": "out", "value": "{name}.join.json"},
+                    {"kind": "out", "value": "{name}.manifest_spec.json"},
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
@@ -880,8 +976,35 @@ RULES = {
                         ],
                         "gpu": False,
                     },
+                    {
+                        "mnemonic": "AotiManifest",
+                        "module": "kiln.actions.aoti_manifest",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.aoti_manifest"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.pt2"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.manifest.json"},
+                        ],
+                        "gpu": False,
+                    },
                 ],
                 "files": [
+                    {"kind": "out", "value": "{name}.manifest.json"},
                     {"kind": "out", "value": "{name}.pt2"},
                     {"kind": "out", "value": "{name}.weights.safetensors"},
                     {"kind": "out", "value": "{name}_loader.py"},
@@ -926,6 +1049,12 @@ RULES = {
                     },
                     {
                         "kind": "out",
+                        "value": "{name}.manifest_spec.json",
+                        "directory": False,
+                    },
+                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
                     },
@@ -951,6 +1080,7 @@ RULES = {
                     {"kind": "out", "value": "{name}.compile.json"},
                     {"kind": "out", "value": "{name}.join.json"},
                     {"kind": "out", "value": "{name}.validate.json"},
+                    {"kind": "out", "value": "{name}.manifest_spec.json"},
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
@@ -1071,8 +1201,35 @@ RULES = {
                         ],
                         "gpu": False,
                     },
+                    {
+                        "mnemonic": "AotiManifest",
+                        "module": "kiln.actions.aoti_manifest",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.aoti_manifest"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.pt2"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.manifest.json"},
+                        ],
+                        "gpu": False,
+                    },
                 ],
                 "files": [
+                    {"kind": "out", "value": "{name}.manifest.json"},
                     {"kind": "out", "value": "{name}.pt2"},
                     {"kind": "out", "value": "{name}.validation.json"},
                     {"kind": "out", "value": "{name}.weights.safetensors"},
@@ -1107,6 +1264,12 @@ RULES = {
                     {"kind": "out", "value": "{name}.pt2", "directory": False},
                     {
                         "kind": "out",
+                        "value": "{name}.manifest_spec.json",
+                        "directory": False,
+                    },
+                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
                     },
@@ -1131,6 +1294,7 @@ RULES = {
                     {"kind": "out", "value": "{name}.export.json"},
                     {"kind": "out", "value": "{name}.compile.json"},
                     {"kind": "out", "value": "{name}.join.json"},
+                    {"kind": "out", "value": "{name}.manifest_spec.json"},
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
@@ -1222,8 +1386,35 @@ RULES = {
                         ],
                         "gpu": True,
                     },
+                    {
+                        "mnemonic": "AotiManifest",
+                        "module": "kiln.actions.aoti_manifest",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.aoti_manifest"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.pt2"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.manifest.json"},
+                        ],
+                        "gpu": True,
+                    },
                 ],
                 "files": [
+                    {"kind": "out", "value": "{name}.manifest.json"},
                     {"kind": "out", "value": "{name}.pt2"},
                     {"kind": "out", "value": "{name}.weights.safetensors"},
                     {"kind": "out", "value": "{name}_loader.py"},
@@ -1268,6 +1459,12 @@ RULES = {
                     },
                     {
                         "kind": "out",
+                        "value": "{name}.manifest_spec.json",
+                        "directory": False,
+                    },
+                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
                     },
@@ -1293,6 +1490,7 @@ RULES = {
                     {"kind": "out", "value": "{name}.compile.json"},
                     {"kind": "out", "value": "{name}.join.json"},
                     {"kind": "out", "value": "{name}.validate.json"},
+                    {"kind": "out", "value": "{name}.manifest_spec.json"},
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
@@ -1412,8 +1610,35 @@ RULES = {
                         ],
                         "gpu": True,
                     },
+                    {
+                        "mnemonic": "AotiManifest",
+                        "module": "kiln.actions.aoti_manifest",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.aoti_manifest"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.pt2"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.manifest.json"},
+                        ],
+                        "gpu": True,
+                    },
                 ],
                 "files": [
+                    {"kind": "out", "value": "{name}.manifest.json"},
                     {"kind": "out", "value": "{name}.pt2"},
                     {"kind": "out", "value": "{name}.validation.json"},
                     {"kind": "out", "value": "{name}.weights.safetensors"},
@@ -1448,6 +1673,12 @@ RULES = {
                     {"kind": "out", "value": "{name}.pt2", "directory": False},
                     {
                         "kind": "out",
+                        "value": "{name}.manifest_spec.json",
+                        "directory": False,
+                    },
+                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
                     },
@@ -1472,6 +1703,7 @@ RULES = {
                     {"kind": "out", "value": "{name}.export.json"},
                     {"kind": "out", "value": "{name}.compile.json"},
                     {"kind": "out", "value": "{name}.join.json"},
+                    {"kind": "out", "value": "{name}.manifest_spec.json"},
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
@@ -1563,8 +1795,35 @@ RULES = {
                         ],
                         "gpu": True,
                     },
+                    {
+                        "mnemonic": "AotiManifest",
+                        "module": "kiln.actions.aoti_manifest",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.aoti_manifest"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.pt2"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.manifest.json"},
+                        ],
+                        "gpu": True,
+                    },
                 ],
                 "files": [
+                    {"kind": "out", "value": "{name}.manifest.json"},
                     {"kind": "out", "value": "{name}.pt2"},
                     {"kind": "out", "value": "{name}.weights.safetensors"},
                     {"kind": "out", "value": "{name}_loader.py"},
@@ -1609,6 +1868,12 @@ RULES = {
                     },
                     {
                         "kind": "out",
+                        "value": "{name}.manifest_spec.json",
+                        "directory": False,
+                    },
+                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
                     },
@@ -1634,6 +1899,7 @@ RULES = {
                     {"kind": "out", "value": "{name}.compile.json"},
                     {"kind": "out", "value": "{name}.join.json"},
                     {"kind": "out", "value": "{name}.validate.json"},
+                    {"kind": "out", "value": "{name}.manifest_spec.json"},
                     {"kind": "out", "value": "{name}_loader/{name}.h"},
                     {"kind": "out", "value": "{name}_loader/{name}.cpp"},
                     {"kind": "out", "value": "{name}_loader/{name}Config.cmake"},
@@ -1754,8 +2020,35 @@ RULES = {
                         ],
                         "gpu": True,
                     },
+                    {
+                        "mnemonic": "AotiManifest",
+                        "module": "kiln.actions.aoti_manifest",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.aoti_manifest"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.pt2"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.manifest.json"},
+                        ],
+                        "gpu": True,
+                    },
                 ],
                 "files": [
+                    {"kind": "out", "value": "{name}.manifest.json"},
                     {"kind": "out", "value": "{name}.pt2"},
                     {"kind": "out", "value": "{name}.validation.json"},
                     {"kind": "out", "value": "{name}.weights.safetensors"},
@@ -1779,6 +2072,7 @@ RULES = {
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
                     {"kind": "out", "value": "{name}.ep.pt2", "directory": False},
                     {"kind": "out", "value": "{name}.package.json", "directory": False},
+                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
                     {"kind": "out", "value": "{name}.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -1862,12 +2156,14 @@ RULES = {
                             {"kind": "out", "value": "{name}.package.json"},
                         ],
                         "outputs": [
+                            {"kind": "out", "value": "{name}.manifest.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": True,
                     },
                 ],
                 "files": [
+                    {"kind": "out", "value": "{name}.manifest.json"},
                     {"kind": "out", "value": "{name}.pt2"},
                     {"kind": "out", "value": "{name}_loader.py"},
                     {"kind": "out", "value": "{name}_loader/{name}.BUILD.bazel"},
@@ -1894,6 +2190,7 @@ RULES = {
                         "directory": False,
                     },
                     {"kind": "out", "value": "{name}.package.json", "directory": False},
+                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
                     {"kind": "out", "value": "{name}.pt2", "directory": False},
                     {"kind": "out", "value": "{name}.validate.json", "directory": False},
                     {
@@ -1985,6 +2282,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.package.json"},
                         ],
                         "outputs": [
+                            {"kind": "out", "value": "{name}.manifest.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": True,
@@ -2018,6 +2316,7 @@ RULES = {
                     },
                 ],
                 "files": [
+                    {"kind": "out", "value": "{name}.manifest.json"},
                     {"kind": "out", "value": "{name}.pt2"},
                     {"kind": "out", "value": "{name}.validation.json"},
                     {"kind": "out", "value": "{name}_loader.py"},

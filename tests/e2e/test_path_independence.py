@@ -47,6 +47,7 @@ ARTIFACTS = (
     "mlp_pt2.layout.json",
     "mlp_pt2.pt2",
     "mlp_pt2.validation.json",
+    "mlp_pt2.manifest.json",
     "mlp_pt2_loader/mlp_pt2.h",
     "mlp_pt2_loader/mlp_pt2.cpp",
     "mlp_pt2_loader/mlp_pt2Config.cmake",
@@ -152,6 +153,8 @@ def test_specs_differ_only_in_the_output_root(built: dict[str, Path]) -> None:
         "mlp_pt2.export.json",
         "mlp_pt2.join.json",
         "mlp_pt2.layout.json",
+        "mlp_pt2.manifest.json",
+        "mlp_pt2.manifest_spec.json",
         "mlp_pt2.validate.json",
         "mlp_pt2.validation.json",
     ]

@@ -25,6 +25,7 @@ LEAVES = (
 )
 RECORDS = (
     "kiln.action_specs",
+    "kiln.package_specs",  # the package manifest and TensorRT packaging specs (issue 29)
     "kiln.action_graph",
     "kiln.host_facts",
     "kiln.label",
@@ -34,6 +35,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(LEAVES, ()),
     "kiln.label": ("kiln.errors",),
     "kiln.action_specs": (),
+    "kiln.package_specs": ("kiln.action_specs",),
     # the Torch-TensorRT settings kiln keeps off: rules refuse them, actions pass them off
     "kiln.actions.tensorrt.settings": (),
     "kiln.action_graph": (),
@@ -52,6 +54,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kiln.actions.tensorrt": (
         "kiln.actions",
         "kiln.action_specs",
+        "kiln.package_specs",
         "kiln.actions.tensorrt.settings",
         "kiln.cc_templates",
     ),

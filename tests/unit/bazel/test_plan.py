@@ -87,6 +87,7 @@ def test_plan_writes_kilns_specs_under_bazels_root(
         "AotiCompile",
         "AotiJoin",
         "AotiValidate",
+        "AotiManifest",
     ]
 
 

@@ -52,6 +52,7 @@ from kiln.cpu_isa import Isa
 from kiln.cpu_isa import resolve as resolve_cpu_target
 from kiln.host_facts import GPUS, Gpu, HostFacts, Toolchain
 from kiln.label import Label
+from kiln.package_specs import ManifestSpec, TrtPackageSpec, TrtRefitSpec
 from kiln.rule_api.attrs import LabelAttr, LabelListAttr, OutputAttr, OutputListAttr, RuleAttrs
 from kiln.rule_api.context import ActionFactory, AnalysisError, RuleContext
 from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo
@@ -84,6 +85,7 @@ __all__ = [
     "Label",
     "LabelAttr",
     "LabelListAttr",
+    "ManifestSpec",
     "ModelSignature",
     "ModelSource",
     "ModelSpec",
@@ -105,7 +107,9 @@ __all__ = [
     "TrtCompileSpec",
     "TrtEngineSpec",
     "TrtLoaderSpec",
+    "TrtPackageSpec",
     "TrtRefit",
+    "TrtRefitSpec",
     "ValidateSpec",
     "WeightsForm",
     "WeightsSpec",
