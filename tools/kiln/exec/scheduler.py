@@ -7,9 +7,9 @@ order, while their resources fit: `--jobs` CPU slots, `--gpus` GPU slots,
 and the `--local_ram_mb` memory budget; an action asking for more than the
 whole budget runs alone rather than never. The GPU slots are ids (gpu_pool.py):
 a GPU action holds the ids it was given from its start to its end, whatever
-the end, and the executor runs it with exactly those GPUs visible. On a failure, `--keep_going`
-goes on with everything that does not depend on it; without it no new
-action starts. Ctrl-C kills running actions (ActionExecutor.interrupt) and
+the end, and the executor runs it with exactly those GPUs visible. On a
+failure, `--keep_going` goes on with everything that does not depend on it;
+without it no new action starts. Ctrl-C kills running actions (ActionExecutor.interrupt) and
 re-raises; nothing half-done is cached (see executor.py).
 
 State is kept by the action's index in the ActionGraph.

@@ -136,9 +136,7 @@ class WorkerSpawner:
         pool: the scheduler gave them to this action); the caller stops them. A busy one
         (a caller running two actions on one GPU) is kept."""
         gone = [
-            key
-            for key, gpus in ((k, k[1]) for k in self._pools)
-            if gpus and _ids(gpus) & ids and not self._busy.get(key)
+            key for key in self._pools if key[1] and _ids(key[1]) & ids and not self._busy.get(key)
         ]
         return [self._pools.pop(key) for key in gone]
 
@@ -148,11 +146,6 @@ class WorkerSpawner:
             pools = list(self._pools.values())
         for pool in pools:
             pool.kill_all()
-
-    def pools(self) -> dict[tuple[str, str | None], WorkerPool]:
-        """The live pools by (interpreter, CUDA_VISIBLE_DEVICES): for tests."""
-        with self._lock:
-            return dict(self._pools)
 
     def close(self) -> None:
         with self._lock:
