@@ -210,9 +210,10 @@ def test_a_gpu_action_from_a_driver_without_gpus_lands_on_the_gpu_node(
     driver.write(
         "BUILD",
         """
-        genrule(name = "cpu", outs = ["cpu.txt"], cmd = "echo cpu > $@")
+        genrule(name = "cpu", outs = ["cpu.txt"],
+                cmd = "echo cpu [$${CUDA_VISIBLE_DEVICES-unset}] > $@")
         genrule(name = "gpu", srcs = [":cpu"], outs = ["gpu.txt"], gpus = 1,
-                cmd = "cat $< > $@; echo on a GPU >> $@")
+                cmd = "cat $< > $@; echo on GPU [$${CUDA_VISIBLE_DEVICES-unset}] >> $@")
         """,
     )
     built = driver.build("//:gpu")
@@ -223,7 +224,8 @@ def test_a_gpu_action_from_a_driver_without_gpus_lands_on_the_gpu_node(
     gpu = actions["Genrule //:gpu"]
     assert gpu["strategy"] == "remote-exec"
     assert str(gpu["lane"]).endswith(cluster.nodes["gpu"][:8])
-    assert driver.out("gpu.txt") == b"cpu\non a GPU\n"
+    # The CPU action saw no GPU; the GPU one the GPU Ray reserved for its task, as is.
+    assert driver.out("gpu.txt") == b"cpu []\non GPU [0]\n"
 
     # A GPU machine building it for itself computes the same key (the GPU facts came
     # from the cluster's GPU node), so the remote result is its cache hit.

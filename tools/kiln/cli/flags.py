@@ -112,8 +112,10 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         "gpus",
-        "GPU slots [default: detected from CUDA_VISIBLE_DEVICES or nvidia-smi]",
+        "GPUs actions may use, each action its own [default: detected from "
+        "CUDA_VISIBLE_DEVICES or nvidia-smi]",
         "execution",
+        commands=("build", "info"),
         type=click.IntRange(min=0),
     ),
     Flag(

@@ -31,6 +31,7 @@ from kiln.cache.cas import BlobState, ContentStore
 from kiln.cache.digest import Digest
 from kiln.errors import KilnError
 from kiln.exec.execroot import Execroots, InputUnavailable
+from kiln.exec.gpu_pool import cuda_env
 from kiln.exec.outcome import Failure, Source
 from kiln.exec.placement import Placement, PlacementPolicy
 from kiln.exec.run_in_execroot import (
@@ -61,6 +62,7 @@ class Work:
     inputs: Mapping[str, Digest]  # every concrete input file, by path
     executable: Set[str]  # the generated files that are executable
     lane: str
+    gpus: tuple[str, ...] = ()  # the GPU ids it holds (gpu_pool.py): all a run here sees
 
 
 class Strategy(Protocol):
@@ -139,6 +141,7 @@ class Host:
         first if need be: kiln.pyenv), whatever interpreter analysis wrote in argv. The
         worker spawner pools workers by that interpreter, so by environment."""
         env = {VERBOSE_FAILURES_ENV: "1"} if self.settings.verbose_failures else {}
+        env.update(cuda_env(work.action.resources.gpu, work.gpus))
         return Job(
             work.action,
             self._argv(work.action),
