@@ -57,7 +57,7 @@ class WindowsValidateSpec(Spec):
     atol: float
     min_cosine: float
     windows_torch: WindowsTorch
-    # The generated loader library's source and its runner's (rules/templates/windows_*):
+    # The generated loader library's source and its runner's (rules/aoti/templates/windows_*):
     # the test program is built from what a Windows application builds.
     loader_source: str
     runner_source: str

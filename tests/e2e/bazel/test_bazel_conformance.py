@@ -94,6 +94,7 @@ def test_the_plan_report_holds_the_actions_kiln_ran(twins: Twins) -> None:
         "AotiCompile",
         "AotiJoin",
         "AotiValidate",
+        "AotiManifest",
     ]
     assert actions[1]["argv"] == [
         "{python}",

@@ -50,8 +50,14 @@ def test_aoti_package_shape_depends_on_device_backend_weights_and_validate(
         for validate in ("false", "true")
     ] + ['["cuda","tensorrt","packaged",false]', '["cuda","tensorrt","packaged",true]']
     full, bare = table.shapes[PACKAGED], table.shapes['["cpu","inductor","packaged",false]']
-    assert _mnemonics(full) == ["TorchExport", "AotiCompile", "AotiJoin", "AotiValidate"]
-    assert _mnemonics(bare) == ["TorchExport", "AotiCompile", "AotiJoin"]
+    assert _mnemonics(full) == [
+        "TorchExport",
+        "AotiCompile",
+        "AotiJoin",
+        "AotiValidate",
+        "AotiManifest",
+    ]
+    assert _mnemonics(bare) == ["TorchExport", "AotiCompile", "AotiJoin", "AotiManifest"]
     trt = table.shapes['["cuda","tensorrt","packaged",true]']
     assert _mnemonics(trt) == ["TorchExport", "AotiPackage", "AotiValidate"]
     assert Ref("out", "{name}.validation.json") in full.files
@@ -60,7 +66,7 @@ def test_aoti_package_shape_depends_on_device_backend_weights_and_validate(
 
 
 def test_inputs_are_found_through_the_model_target(tables: dict[str, RuleTable]) -> None:
-    export, compile_, join, validate = tables["aoti_package"].shapes[PACKAGED].actions
+    export, compile_, join, validate, _ = tables["aoti_package"].shapes[PACKAGED].actions
     model = [Ref("attr", f"model.{a}") for a in ("deps", "src", "weights")]
     assert export.inputs == (*model, Ref("out", "{name}.export.json"))
     assert export.outputs == (

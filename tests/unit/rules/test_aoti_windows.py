@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kiln.rules.aoti_windows import WINDOWS_TORCH
+from kiln.rules.aoti.aoti_windows import WINDOWS_TORCH
 
 LOCK = Path(__file__).resolve().parents[3] / "tools" / "windows" / "torch_win_amd64.lock"
 

@@ -86,7 +86,13 @@ def test_every_python_action_of_a_target_holds_its_packages_locked_closure(
 ) -> None:
     actions = analyze(make_workspace(files()))
     vit = python_actions(actions, "//m:vit_pt2")
-    assert [a.mnemonic for a in vit] == ["TorchExport", "AotiCompile", "AotiJoin", "AotiValidate"]
+    assert [a.mnemonic for a in vit] == [
+        "TorchExport",
+        "AotiCompile",
+        "AotiJoin",
+        "AotiValidate",
+        "AotiManifest",
+    ]
     for action in vit + python_actions(actions, "//m:w"):
         assert action.python_env == (
             PythonPackage("huggingface_hub", "0.36.2", (H["1"],)),

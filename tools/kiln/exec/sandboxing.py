@@ -46,8 +46,11 @@ class Sandboxing:
         output_base: OutputBase,
         disk_cache: DiskCache,
         warn: Callable[[str], None],
+        *,
+        detached: bool = False,  # hosts nobody's child: a Ray node's (client.Sandbox.start)
     ) -> None:
         self.enabled = enabled
+        self.detached = detached
         self._python = python
         self._workspace = workspace
         self._hidden = tuple(hidden)
@@ -105,7 +108,7 @@ class Sandboxing:
             scratch=(str(self._workspace), str(self._output_base.execroot)),
         )
         try:
-            return Sandbox.start(self._python, config)
+            return Sandbox.start(self._python, config, detached=self.detached)
         except SandboxUnavailable as error:
             self._fall_back(error.message)
             return None

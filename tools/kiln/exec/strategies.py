@@ -20,6 +20,7 @@ import contextlib
 import os
 import sys
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from kiln.cache.cas import BlobState, ContentStore
 from kiln.cache.digest import Digest
 from kiln.errors import KilnError
 from kiln.exec.execroot import Execroots, InputUnavailable
+from kiln.exec.gpu_pool import cuda_env
 from kiln.exec.outcome import Failure, Source
 from kiln.exec.placement import Placement, PlacementPolicy
 from kiln.exec.run_in_execroot import (
@@ -60,6 +62,7 @@ class Work:
     inputs: Mapping[str, Digest]  # every concrete input file, by path
     executable: Set[str]  # the generated files that are executable
     lane: str
+    gpus: tuple[str, ...] = ()  # the GPU ids it holds (gpu_pool.py): all a run here sees
 
 
 class Strategy(Protocol):
@@ -138,6 +141,7 @@ class Host:
         first if need be: kiln.pyenv), whatever interpreter analysis wrote in argv. The
         worker spawner pools workers by that interpreter, so by environment."""
         env = {VERBOSE_FAILURES_ENV: "1"} if self.settings.verbose_failures else {}
+        env.update(cuda_env(work.action.resources.gpu, work.gpus))
         return Job(
             work.action,
             self._argv(work.action),
@@ -189,25 +193,22 @@ def _run_here(
     return run_in_execroot(job, spawner(), host.machine, claim)
 
 
-class LocalStrategy:
-    """A plain process here; a Python action stays out of persistent workers."""
+class _SpawnerHere(ABC):
+    """What the local and worker strategies share: their spawner, made at first use (the
+    sandbox's host starts then), and cancelling or closing it if it was made."""
 
     def __init__(self, host: Host, spawner: Spawner | None = None) -> None:
         self.host = host
         self._spawner = spawner  # made at first use when not given (a test gives a fake)
 
+    @abstractmethod
+    def _make_spawner(self) -> Spawner: ...
+
     def spawner(self) -> Spawner:
         with self.host.lock:
             if self._spawner is None:
-                from kiln.exec.local_spawner import LocalSpawner
-
-                sandbox = self.host.sandboxing.get()
-                self._spawner = LocalSpawner(self.host.settings.python, sandbox)
-                self.host.started(self._spawner)
+                self._spawner = self.host.started(self._make_spawner())
             return self._spawner
-
-    def run(self, work: Work) -> Ran:
-        return _run_here(self.host, work, self.spawner)
 
     def cancel_all(self) -> None:
         if self._spawner is not None:
@@ -218,41 +219,40 @@ class LocalStrategy:
             self._spawner.close()
 
 
-class WorkerStrategy:
+class LocalStrategy(_SpawnerHere):
+    """A plain process here; a Python action stays out of persistent workers."""
+
+    def _make_spawner(self) -> Spawner:
+        from kiln.exec.local_spawner import LocalSpawner
+
+        return LocalSpawner(self.host.settings.python, self.host.sandboxing.get())
+
+    def run(self, work: Work) -> Ran:
+        return _run_here(self.host, work, self.spawner)
+
+
+class WorkerStrategy(_SpawnerHere):
     """A `python -m` action in a persistent worker here; any other as `local` runs it."""
 
     def __init__(self, host: Host, local: LocalStrategy) -> None:
-        self.host = host
+        super().__init__(host)
         self.local = local
-        self._spawner: Spawner | None = None
 
-    def spawner(self) -> Spawner:
-        with self.host.lock:
-            if self._spawner is None:
-                from kiln.exec.worker_spawner import WorkerSpawner
+    def _make_spawner(self) -> Spawner:
+        from kiln.exec.worker_spawner import WorkerSpawner
 
-                settings = self.host.settings
-                self._spawner = WorkerSpawner(
-                    settings.python,
-                    settings.worker_max_instances,
-                    settings.worker_preload,
-                    self.host.sandboxing.get(),
-                )
-                self.host.started(self._spawner)
-            return self._spawner
+        settings = self.host.settings
+        return WorkerSpawner(
+            settings.python,
+            settings.worker_max_instances,
+            settings.worker_preload,
+            self.host.sandboxing.get(),
+        )
 
     def run(self, work: Work) -> Ran:
         if not work.action.supports_workers:
             return self.local.run(work)
         return _run_here(self.host, work, self.spawner)
-
-    def cancel_all(self) -> None:
-        if self._spawner is not None:
-            self._spawner.cancel_all()
-
-    def close(self) -> None:
-        if self._spawner is not None:
-            self._spawner.close()
 
 
 class RemoteStrategy:

@@ -13,7 +13,7 @@ outputs differ, or that fails to load or run, fails the build as on Linux. Wine 
 in a prefix kept in kiln's cache (made once, in about 5 s) with KMP_AFFINITY=disabled:
 Wine 8.0 lacks GetNumaNodeProcessorMaskEx, which torch_cpu's Intel OpenMP calls.
 The loader takes one float32 input and gives one float32 output; other signatures
-are refused at analysis (rules/aoti_windows.py).
+are refused at analysis (rules/aoti/aoti_windows.py).
 """
 
 from __future__ import annotations

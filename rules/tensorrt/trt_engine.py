@@ -3,7 +3,7 @@
     trt_engine(name = "mlp_trt", model = ":mlp", platform = "linux_x86_64")
     trt_windows_engine(name = "resnet_win", model = ":resnet", hardware_compatible = True)
 
-trt_windows_engine (rules/trt_windows_engine.py) is trt_engine with the
+trt_windows_engine (rules/tensorrt/trt_windows_engine.py) is trt_engine with the
 platform fixed to windows_x86_64: the "Cross-Compiling for Windows" workflow
 of Torch-TensorRT. Outputs, for target `name`:
 
@@ -38,7 +38,8 @@ hold the target platform, the toolchain versions and the build GPU (name, comput
 capability): all of it is in the action key.
 
 Preflight, at analysis: the rule reads the TENSORRT toolchain (the actions'
-interpreter probed once, rules/trt_toolchain.py) and fails the target, before any action runs,
+interpreter probed once, rules/tensorrt/trt_toolchain.py) and fails the target, before any
+action runs,
 unless the host is Linux x86-64 with a CUDA GPU and an importable
 torch_tensorrt, and for Windows one whose ENABLED_FEATURES.windows_cross_compile
 is set. The error says what is missing and what to install.
@@ -69,13 +70,13 @@ from kiln.rule_api import (
     TrtLoaderSpec,
     TrtRefit,
 )
-from kiln.rules import trt_toolchain
-from kiln.rules.torch_model import TorchModelInfo
-from kiln.rules.trt_toolchain import TENSORRT
+from kiln.rules.model.torch_model import TorchModelInfo
+from kiln.rules.tensorrt import trt_toolchain
+from kiln.rules.tensorrt.trt_toolchain import TENSORRT
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # cross_compile_for_windows forces these off; kiln records them in the manifest and
-# never passes them (the engine cache is off on Linux too: kiln.tensorrt_settings).
+# never passes them (the engine cache is off on Linux too: kiln.actions.tensorrt.settings).
 FORCED_OFF = tuple(TRT_FORCED_OFF)
 # Arguments kiln passes itself.
 RESERVED = (
@@ -393,7 +394,7 @@ def implementation(ctx: RuleContext[TrtEngineBaseAttrs]) -> list[object]:
         inputs = model.files
     ctx.actions.run_python(
         mnemonic="TrtEngine",
-        module="trt_engine",
+        module="tensorrt.engine",
         spec=spec,
         inputs=inputs,
         outputs=[program, manifest, engines],
@@ -418,7 +419,7 @@ def implementation(ctx: RuleContext[TrtEngineBaseAttrs]) -> list[object]:
     )
     ctx.actions.run_python(
         mnemonic="TrtLoader",
-        module="render_trt_loader",
+        module="tensorrt.render_loader",
         spec=loader_spec,
         inputs=[manifest],
         outputs=[loader],
@@ -480,7 +481,7 @@ def _refit_actions(
     )
     ctx.actions.run_python(
         mnemonic="TrtCompile",
-        module="trt_compile",
+        module="tensorrt.compile_structure",
         spec=compile_spec,
         inputs=[structure],
         outputs=[compiled],

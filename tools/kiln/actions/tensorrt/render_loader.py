@@ -15,7 +15,7 @@ the directory output <name>_loader/ it writes
 
 A raw-engine deployment needs exactly one engine and no PyTorch fallback ops;
 when the build left more, this action fails and says which (cc_loader = False
-renders only the Python example). The templates (rules/templates/) are
+renders only the Python example). The templates (rules/tensorrt/templates/) are
 part of the action key: kiln.cc_templates declares them (kiln.code_digest).
 """
 

@@ -6,14 +6,14 @@ The "Cross-Compiling for Windows" workflow of Torch-TensorRT as a rule: on a
 Linux x86-64 host with a CUDA GPU, torch.export.export the model, then
 torch_tensorrt.dynamo.cross_compile_for_windows, then save the program for
 loading on Windows x86-64. It takes every attribute of trt_engine except
-`platform`; see rules/trt_engine.py for the outputs and the preflight.
+`platform`; see rules/tensorrt/trt_engine.py for the outputs and the preflight.
 """
 
 from __future__ import annotations
 
 from kiln.rule_api import Rule
-from kiln.rules.trt_engine import TrtEngineBaseAttrs, implementation
-from kiln.rules.trt_toolchain import TENSORRT
+from kiln.rules.tensorrt.trt_engine import TrtEngineBaseAttrs, implementation
+from kiln.rules.tensorrt.trt_toolchain import TENSORRT
 
 
 class TrtWindowsEngineAttrs(TrtEngineBaseAttrs):

@@ -8,7 +8,7 @@ built on Linux.
                      (kiln.actions.windows.aoti_compile; keyed on the structure)
     AotiJoin         program + weights -> <name>.pt2 (the Linux join, unchanged)
     FileWrite        <name>_windows_loader/: the loader library (C: header, source), a
-                     runner and a CMakeLists for MSVC (rules/templates/windows_*.j2)
+                     runner and a CMakeLists for MSVC (rules/aoti/templates/windows_*.j2)
     AotiValidate     <name>.pt2 under wine64 against the goldens, run by the runner
                      built with MinGW from the same loader source
                      (kiln.actions.windows.validate)
@@ -36,8 +36,8 @@ from kiln.rule_api import (
 )
 
 if TYPE_CHECKING:
-    from kiln.rules.aoti_package import AotiPackageAttrs, _Actions
-    from kiln.rules.torch_model import TorchModelInfo
+    from kiln.rules.aoti.aoti_package import AotiPackageAttrs, _Actions
+    from kiln.rules.model.torch_model import TorchModelInfo
 
 # tools/windows/torch_win_amd64.lock pins the same wheel (a test holds them equal).
 WINDOWS_TORCH = WindowsTorch(

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kiln.rule_api import File, RuleContext, class_name, environment
-from kiln.rules.torch_model import TorchModelInfo
+from kiln.rules.model.torch_model import TorchModelInfo
 
 # torch_model's dtype names -> c10::ScalarType enumerators.
 SCALAR_TYPES = {
@@ -202,7 +202,7 @@ def template_context(source: LoaderSource) -> dict[str, Any]:
         "tensorrt": source.backend == "tensorrt",
         "package_file": posixpath.basename(source.package),
         "weights_form": source.weights_form,
-        # The weights file aoti_package writes beside the package (rules/aoti_package.py).
+        # The weights file aoti_package writes beside the package (rules/aoti/aoti_package.py).
         "weights_file": weights_file_of(posixpath.basename(source.package)),
         "weights_from_parent": weights_file_of(from_parent),
         "package_from_folder": source.package,

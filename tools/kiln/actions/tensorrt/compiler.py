@@ -10,7 +10,7 @@ Torch-TensorRT accepts (accepted_settings).
 Settings are passed only when the compile function names them as parameters (2.13
 removed `use_explicit_typing` and `enabled_precisions` and raises on them, though it
 takes **kwargs); the caller records the ones left out. Torch-TensorRT's engine cache
-is off on every path (kiln.tensorrt_settings says why): passed off to compile, and
+is off on every path (kiln.actions.tensorrt.settings says why): passed off to compile, and
 cross_compile_for_windows forces it off itself with the rest of FORCED_OFF. Each
 action gets its own timing cache under its TMPDIR (the default is one shared file
 under /tmp that every build rewrites).
@@ -28,11 +28,11 @@ from typing import Any
 
 from kiln.action_specs import ShapeRange
 from kiln.actions.spec import ActionFailure
-from kiln.tensorrt_settings import ENGINE_CACHE_OFF, FORCED_OFF
+from kiln.actions.tensorrt.settings import ENGINE_CACHE_OFF, FORCED_OFF
 
 COMPILE = "torch_tensorrt.dynamo.compile"
 CROSS_COMPILE = "torch_tensorrt.dynamo.cross_compile_for_windows"
-# What TrtCompile adds for a program whose weights are refit later (kiln.actions.trt_refit).
+# What TrtCompile adds for a program whose weights are refit later (kiln.actions.tensorrt.refit).
 REFITTABLE = {"immutable_weights": False}
 
 

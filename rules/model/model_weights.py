@@ -28,8 +28,8 @@ from kiln.rule_api import (
     RuleContext,
     WeightsSpec,
 )
-from kiln.rules.python_requirements import declared_packages
-from kiln.rules.torch_model import FACTORY_PATTERN
+from kiln.rules.model.torch_model import FACTORY_PATTERN
+from kiln.rules.pip.python_requirements import declared_packages
 from pydantic import Field
 
 

@@ -16,14 +16,18 @@ Compiled once per architecture, weights joined after. Actions, each cached on it
                   eager's outputs is a hit)
     FileWrite     the C++ loader library (<name>_loader/...) and the Python loader
                   (<name>_loader.py)
+    AotiManifest  <name>.pt2 -> <name>.manifest.json (how the weights got in, the
+                  package's kiln.* metadata; an output, so a cache hit shows it)
 
 `weights` picks the deployment form: "packaged" (a self-contained .pt2) or
 "separate" (the .pt2 holds the program alone; <name>.weights.safetensors is loaded
 at start). Backend "tensorrt" compiles with Torch-TensorRT and needs torch_tensorrt:
 where it can refit (and `refit` is left on), TorchExport (structure + weights),
-TrtCompile (the refittable program, once per architecture) and AotiPackage (the
-weights refit in, then Torch-TensorRT's AOTInductor packaging); otherwise
-TorchExport (weights inside) and AotiPackage. Validation as above.
+TrtCompile (the refittable program, once per architecture), AotiPackage (that
+program in Torch-TensorRT's AOTInductor packaging, once per architecture) and
+AotiRefit (the weights refit in, the package's engine objects replaced: no
+recompile; it writes the manifest); otherwise TorchExport (weights inside) and
+AotiPackage (which writes the manifest). Validation as above.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from kiln.rule_api import (
     DEFAULT_CPU_TARGET,
     GPUS,
     Backend,
+    BuildGpu,
     CompileSpec,
     CpuTarget,
     DefaultInfo,
@@ -43,7 +48,7 @@ from kiln.rule_api import (
     HostFacts,
     JoinSpec,
     LabelAttr,
-    PackageSpec,
+    ManifestSpec,
     Provenance,
     PythonPackage,
     Resources,
@@ -53,15 +58,17 @@ from kiln.rule_api import (
     TargetPlatform,
     TensorRTSettings,
     TrtCompileSpec,
+    TrtPackageSpec,
     TrtRefit,
+    TrtRefitSpec,
     ValidateSpec,
     WeightsForm,
     resolve_cpu_target,
 )
-from kiln.rules import aoti_loader, aoti_windows
-from kiln.rules.torch_model import TorchModelInfo
-from kiln.rules.trt_toolchain import TENSORRT
-from pydantic import Field
+from kiln.rules.aoti import aoti_loader, aoti_windows
+from kiln.rules.model.torch_model import TorchModelInfo
+from kiln.rules.tensorrt.trt_toolchain import TENSORRT
+from pydantic import Field, JsonValue
 
 # The standard and the TensorRT-RTX flavours of Torch-TensorRT install under different names.
 TRT_DISTRIBUTIONS = ("torch_tensorrt", "torch_tensorrt_rtx")
@@ -144,6 +151,11 @@ class AotiPackageAttrs(RuleAttrs):
     version_compatible: bool = Field(
         default=False, description="engines for newer TensorRT within the major version"
     )
+    torch_executed_ops: list[str] = Field(
+        default_factory=list,
+        description="backend 'tensorrt': ops left to PyTorch around the engines, e.g. "
+        "'torch.ops.aten.relu.default'",
+    )
     use_explicit_typing: bool | None = Field(
         default=None, description="Torch-TensorRT < 2.13 only (strong typing is always on)"
     )
@@ -179,6 +191,12 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
             "weights = 'separate' needs backend = 'inductor': a Torch-TensorRT package "
             "holds its weights inside its engines"
         )
+    if attrs.backend == "inductor" and attrs.torch_executed_ops:
+        raise ctx.error(
+            "torch_executed_ops needs backend = 'tensorrt': it names ops left out of "
+            "TensorRT's engines",
+            hint="remove torch_executed_ops, or set backend = 'tensorrt'",
+        )
     if attrs.backend == "inductor":
         _check_split_settings(ctx)
     packages = ("torch", flavour) if attrs.backend == "tensorrt" and flavour else ("torch",)
@@ -190,8 +208,9 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
     goldens = ctx.declare_file(f"{ctx.name}.golden.safetensors") if attrs.validate_ else None
     if attrs.backend == "inductor":
         package, weights = _compile_and_join(ctx, model, actions, goldens)
+        manifest = None
     else:
-        package, weights = _tensorrt_package(ctx, model, actions, goldens), None
+        (package, manifest), weights = _tensorrt_package(ctx, model, actions, goldens), None
 
     outputs = [package, *([weights] if weights else [])]
     if goldens is not None:
@@ -228,6 +247,9 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
             extra_packages=("safetensors",),
         )
         outputs.append(report)
+    if manifest is None:
+        manifest = _manifest(ctx, model, actions, package)
+    outputs.append(manifest)
 
     library = aoti_loader.declare_loader_library(
         ctx,
@@ -249,7 +271,7 @@ def implementation(ctx: RuleContext[AotiPackageAttrs]) -> list[object]:
 
 
 def _windows_package(ctx: RuleContext[AotiPackageAttrs], model: TorchModelInfo) -> list[object]:
-    """Export on Linux, compile for Windows, join, validate under Wine (rules/aoti_windows.py)."""
+    """Export on Linux, compile for Windows, join, validate under Wine (aoti_windows.py)."""
     aoti_windows.check_windows(ctx, model)
     _check_split_settings(ctx)
     actions = _Actions(ctx, ("torch",), model.python_env)
@@ -381,14 +403,7 @@ def _compile_and_join(
             weights=weights.path,
             output=package.path,
             form=attrs.weights,
-            provenance=Provenance(
-                target=ctx.label,
-                model=model.label,
-                device=attrs.device,
-                cpu_target=attrs.cpu_target,
-                cpu_isa=_cpu_isa(ctx),
-                toolchain={"python": ctx.host.python, "os": ctx.host.os, "arch": ctx.host.arch},
-            ),
+            provenance=_provenance(ctx, model),
         ),
     )
     actions.run(
@@ -408,56 +423,145 @@ def _tensorrt_package(
     model: TorchModelInfo,
     actions: _Actions,
     goldens: File | None,
-) -> File:
-    """Torch-TensorRT's AOTInductor packaging: the .pt2.
+) -> tuple[File, File]:
+    """Torch-TensorRT's AOTInductor packaging: (the .pt2, its manifest).
 
-    Where the toolchain can refit (and `refit` is on), the engines are built once per
-    architecture, as trt_engine builds them:
+    Where the toolchain can refit (and `refit` is on), the engines and the package
+    around them are built once per architecture:
 
         TorchExport   the structure (placeholders), the weights apart, eager's goldens
         TrtCompile    structure -> <name>.refittable.ep (immutable_weights False)
-        AotiPackage   the weights refit into it, then the AOTInductor packaging: a
-                      change of weights alone re-runs this, never TrtCompile
+        AotiPackage   the refittable program packaged as it is -> <name>.program.pt2
+        AotiRefit     the weights refit into the engines, and the program package
+                      given the refit engine objects (no recompile) -> <name>.pt2 +
+                      manifest: a change of weights alone re-runs this, never
+                      TrtCompile or AotiPackage
 
     Otherwise TorchExport exports the program with its weights and AotiPackage
-    compiles it.
+    compiles and packages it (and writes the manifest).
     """
     attrs, name = ctx.attrs, ctx.name
     settings = _tensorrt_settings(attrs)
-    refit: TrtRefit | None = None
-    if attrs.refit and ctx.toolchain(TENSORRT).refit:
-        refit = _refittable(ctx, model, actions, goldens, settings)
-        program = File(refit.compiled)
-        inputs = [program, File(refit.structure), File(refit.weights)]
-    else:
-        program = _export_with_weights(ctx, model, actions, goldens)
-        inputs = [program]
+    origin = _provenance(ctx, model)
     package = ctx.declare_file(f"{name}.pt2")
+    manifest = ctx.declare_file(f"{name}.manifest.json")
     package_spec = ctx.declare_file(f"{name}.package.json")
+    common = {
+        "label": ctx.label,
+        "provenance": origin,
+        "device": attrs.device,
+        "signature": model.signature,
+        "inductor_configs": attrs.inductor_configs,
+        "tensorrt": settings,
+        "torch_executed_ops": tuple(attrs.torch_executed_ops),
+    }
+    if not (attrs.refit and ctx.toolchain(TENSORRT).refit):
+        program = _export_with_weights(ctx, model, actions, goldens)
+        ctx.actions.write_spec(
+            package_spec,
+            TrtPackageSpec(
+                program=program.path,
+                compiled=False,
+                output=package.path,
+                manifest=manifest.path,
+                **common,  # type: ignore[arg-type]
+            ),
+        )
+        actions.run(
+            "AotiPackage",
+            "tensorrt.aoti_package",
+            package_spec,
+            [program],
+            [package, manifest],
+            attrs.memory_mb,
+        )
+        return package, manifest
+
+    refit = _refittable(ctx, model, actions, goldens, settings)
+    compiled = File(refit.compiled)
+    program_package = ctx.declare_file(f"{name}.program.pt2")
     ctx.actions.write_spec(
         package_spec,
-        PackageSpec(
-            program=program.path,
-            output=package.path,
-            device=attrs.device,
-            backend=attrs.backend,
-            cpu_target=attrs.cpu_target,
-            inductor_configs=attrs.inductor_configs,
-            signature=model.signature,
-            tensorrt=settings,
-            refit=refit,
+        TrtPackageSpec(
+            program=compiled.path,
+            compiled=True,
+            output=program_package.path,
+            manifest=None,
+            **common,  # type: ignore[arg-type]
         ),
     )
     actions.run(
         "AotiPackage",
-        "aoti_package",
+        "tensorrt.aoti_package",
         package_spec,
-        inputs,
-        [package],
+        [compiled],
+        [program_package],
         attrs.memory_mb,
-        extra_packages=("safetensors",) if refit else (),
     )
-    return package
+    refit_spec = ctx.declare_file(f"{name}.refit.json")
+    ctx.actions.write_spec(
+        refit_spec,
+        TrtRefitSpec(
+            package=program_package.path,
+            refit=refit,
+            output=package.path,
+            manifest=manifest.path,
+            **common,  # type: ignore[arg-type]
+        ),
+    )
+    actions.run(
+        "AotiRefit",
+        "tensorrt.aoti_refit",
+        refit_spec,
+        [program_package, compiled, File(refit.structure), File(refit.weights)],
+        [package, manifest],
+        attrs.memory_mb,
+        extra_packages=("safetensors",),
+    )
+    return package, manifest
+
+
+def _provenance(ctx: RuleContext[AotiPackageAttrs], model: TorchModelInfo) -> Provenance:
+    """Where the package comes from, for its kiln.* metadata (docs/models.md)."""
+    attrs = ctx.attrs
+    return Provenance(
+        target=ctx.label,
+        model=model.label,
+        device=attrs.device,
+        cpu_target=attrs.cpu_target,
+        cpu_isa=_cpu_isa(ctx),
+        toolchain={"python": ctx.host.python, "os": ctx.host.os, "arch": ctx.host.arch},
+    )
+
+
+def _manifest(
+    ctx: RuleContext[AotiPackageAttrs],
+    model: TorchModelInfo,
+    actions: _Actions,
+    package: File,
+) -> File:
+    """AotiManifest of an inductor package: its weights joined, its kiln.* metadata, the
+    GPU its compile was keyed to; a declared output, so a cache hit shows it."""
+    manifest = ctx.declare_file(f"{ctx.name}.manifest.json")
+    spec = ctx.declare_file(f"{ctx.name}.manifest_spec.json")
+    gpu = actions.platform.get("gpu_name")
+    ctx.actions.write_spec(
+        spec,
+        ManifestSpec(
+            label=ctx.label,
+            model=model.label,
+            package=package.path,
+            output=manifest.path,
+            device=ctx.attrs.device,
+            build_gpu=BuildGpu(
+                name=gpu, compute_capability=actions.platform.get("compute_capability", "")
+            )
+            if gpu
+            else None,
+        ),
+    )
+    actions.run("AotiManifest", "aoti_manifest", spec, [package], [manifest], 500)
+    return manifest
 
 
 def _export_with_weights(
@@ -511,12 +615,18 @@ def _refittable(
             device=ctx.attrs.device,
             signature=model.signature,
             ranges=model.signature.ranges(),
-            settings={**settings.compile_kwargs(), "immutable_weights": False},
+            settings={
+                **settings.compile_kwargs(),
+                **_executed_ops(ctx),
+                "immutable_weights": False,
+            },
             output=compiled.path,
         ),
     )
     memory_mb = ctx.attrs.memory_mb
-    actions.run("TrtCompile", "trt_compile", compile_spec, [structure], [compiled], memory_mb)
+    actions.run(
+        "TrtCompile", "tensorrt.compile_structure", compile_spec, [structure], [compiled], memory_mb
+    )
     return TrtRefit(compiled=compiled.path, structure=structure.path, weights=weights.path)
 
 
@@ -578,6 +688,11 @@ def _gpu_properties(ctx: RuleContext[AotiPackageAttrs]) -> dict[str, str]:
     if not gpus:
         return {}
     return {"gpu_name": gpus[0].name, "compute_capability": gpus[0].compute_capability}
+
+
+def _executed_ops(ctx: RuleContext[AotiPackageAttrs]) -> dict[str, JsonValue]:
+    ops: list[JsonValue] = list(ctx.attrs.torch_executed_ops)
+    return {"torch_executed_ops": ops} if ops else {}
 
 
 def _tensorrt_settings(attrs: AotiPackageAttrs) -> TensorRTSettings:

@@ -1,5 +1,6 @@
 """Which Torch-TensorRT settings kiln keeps off, for the rules that refuse them and the
-actions that pass them: one definition (rules/trt_engine.py, kiln.actions.trt_compiler).
+actions that pass them: one definition (rules/tensorrt/trt_engine.py,
+kiln.actions.tensorrt.compiler).
 
 Torch-TensorRT's engine cache is off on every compile: kiln's action keys decide reuse,
 and that cache's key hashes only the sequence of op names (not the graph's wiring, scalar

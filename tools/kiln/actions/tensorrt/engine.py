@@ -15,7 +15,7 @@ inline engine where the module was loaded from a saved program (find_engines), g
 <name>.engines/ and a manifest to <name>.manifest.json (see build_manifest).
 
 The compile, its settings policy and the engine cache forced off are
-kiln.actions.trt_compiler's; the manifest lists the settings left out.
+kiln.actions.tensorrt.compiler's; the manifest lists the settings left out.
 """
 
 from __future__ import annotations
@@ -48,14 +48,14 @@ from kiln.action_specs import (
 )
 from kiln.actions import spec as action_spec
 from kiln.actions.spec import ActionFailure
-from kiln.actions.trt_compiler import (  # the one compile and settings policy
+from kiln.actions.tensorrt.compiler import (  # the one compile and settings policy
     COMPILE,
     CROSS_COMPILE,
     compile_program,
     import_torch_tensorrt,
 )
-from kiln.actions.trt_compiler import brief as _brief
-from kiln.tensorrt_settings import FORCED_OFF
+from kiln.actions.tensorrt.compiler import brief as _brief
+from kiln.actions.tensorrt.settings import FORCED_OFF
 
 DOCUMENTED_SAVE = "torch_tensorrt.save"
 CODED_SAVE = "torch_tensorrt.dynamo.save_cross_compiled_exported_program"
@@ -86,7 +86,7 @@ def main(spec: TrtEngineSpec) -> None:
     signature = spec.model.signature
     examples = [t.to(device) for t in example_inputs(signature.inputs)]
     if spec.refit is not None:
-        from kiln.actions import trt_refit
+        from kiln.actions.tensorrt import refit as trt_refit
 
         program, trt_gm, passed, dropped, weights = trt_refit.refitted(
             torch_tensorrt,
@@ -208,7 +208,11 @@ def canonical_export_saves() -> Iterator[None]:
     torch.export.save (looked up at the call, in 2.11 to 2.13) with each node's
     stack_trace, which names the files of the process that traced it: the `.ep` of a
     remote node and of a local build differed (H200, 2026-12-01) while their engines
-    were the same bytes.
+    were the same bytes. And without each node's `from_node`: the re-export records
+    the nodes it came from with `graph_id`, the Python id() of their graph, which
+    differs from process to process (mlp_trt.ep of a local and a remote build differed
+    in nothing else, H100, issue 29). torch.export from eager, the CPU path's, records
+    no from_node, so kiln.actions.torch_export has nothing to drop.
     """
     import torch
 
@@ -219,6 +223,7 @@ def canonical_export_saves() -> Iterator[None]:
     def save(program: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(program, torch.export.ExportedProgram):
             canonicalize(program)
+            drop_node_sources(program)
         return original(program, *args, **kwargs)
 
     torch.export.save = save  # type: ignore[assignment]
@@ -226,6 +231,14 @@ def canonical_export_saves() -> Iterator[None]:
         yield
     finally:
         torch.export.save = original
+
+
+def drop_node_sources(program: Any) -> None:
+    """Drop each node's `from_node` (the passes and graphs it came from, by id())."""
+    for module in program.graph_module.modules():
+        graph = getattr(module, "graph", None)
+        for node in graph.nodes if graph is not None else ():
+            node.meta.pop("from_node", None)
 
 
 def _accepts(function: Any, name: str) -> bool:

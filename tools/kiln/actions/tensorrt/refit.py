@@ -54,8 +54,13 @@ def refitted(
     from safetensors.torch import load_file
 
     from kiln.actions import weights_split
-    from kiln.actions.trt_compiler import COMPILE, REFITTABLE, accepted_settings, compile_program
-    from kiln.actions.trt_compiler import brief as _brief
+    from kiln.actions.tensorrt.compiler import (
+        COMPILE,
+        REFITTABLE,
+        accepted_settings,
+        compile_program,
+    )
+    from kiln.actions.tensorrt.compiler import brief as _brief
 
     program = weights_split.load_structure(refit.structure, device)
     weights_split.restore(program, load_file(refit.weights))

@@ -40,7 +40,7 @@ from kiln.rule_api import (
     RuleContext,
     TensorSpec,
 )
-from kiln.rules.python_requirements import declared_packages
+from kiln.rules.pip.python_requirements import declared_packages
 from pydantic import Field, model_validator
 
 FACTORY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"

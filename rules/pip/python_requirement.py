@@ -8,7 +8,7 @@ targets that list it in `deps` collect (python_requirements.declared_packages).
 from __future__ import annotations
 
 from kiln.rule_api import DefaultInfo, LabelAttr, PythonPackage, Rule, RuleAttrs, RuleContext
-from kiln.rules.python_requirements import PythonPackagesInfo, PythonRequirementsInfo
+from kiln.rules.pip.python_requirements import PythonPackagesInfo, PythonRequirementsInfo
 from pydantic import BaseModel, ConfigDict, Field
 
 # Distributions only the toolchain provides: a lock may name them (pip-compile

@@ -7,7 +7,7 @@
 
 Built once per architecture (its inputs hold no weight values); TrtEngine refits
 each weights change into it with torch_tensorrt.dynamo.refit_module_weights
-(kiln.actions.trt_refit) instead of building an engine.
+(kiln.actions.tensorrt.refit) instead of building an engine.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from kiln.action_specs import TrtCompileSpec
 from kiln.actions import spec as action_spec
 from kiln.actions.spec import ActionFailure
-from kiln.actions.trt_compiler import REFITTABLE
+from kiln.actions.tensorrt.compiler import REFITTABLE
 
 
 def main(spec: TrtCompileSpec) -> None:
@@ -26,8 +26,8 @@ def main(spec: TrtCompileSpec) -> None:
 
     from kiln.actions import weights_split
     from kiln.actions.model_loading import dynamic_shapes, example_inputs
-    from kiln.actions.trt_compiler import compile_program, import_torch_tensorrt
-    from kiln.actions.trt_engine import save_program
+    from kiln.actions.tensorrt.compiler import compile_program, import_torch_tensorrt
+    from kiln.actions.tensorrt.engine import save_program
 
     torch_tensorrt = import_torch_tensorrt()
     program = weights_split.load_structure(spec.structure, spec.device)
