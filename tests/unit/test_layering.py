@@ -48,7 +48,13 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kiln.state_file": ("kiln.cache",),
     # python -m kiln.actions.<name>: the torch scripts read spec records, nothing of the engine
     "kiln.fork_server": (),
-    "kiln.actions": ("kiln.action_specs", "kiln.cc_templates", "kiln.fork_server", "kiln.cpu_isa"),
+    "kiln.actions": (
+        "kiln.action_specs",
+        "kiln.package_specs",  # AotiManifest writes the package manifest record
+        "kiln.cc_templates",
+        "kiln.fork_server",
+        "kiln.cpu_isa",
+    ),
     # TensorRT's actions build on the torch actions' helpers; no torch action imports them,
     # so a change here never touches a CPU action's key (kiln.code_digest)
     "kiln.actions.tensorrt": (
@@ -57,6 +63,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "kiln.package_specs",
         "kiln.actions.tensorrt.settings",
         "kiln.cc_templates",
+        "kiln.cpu_isa",  # a TensorRT package's manifest names the CPU its kernels need
     ),
     # what rules/ sees: the records and a few leaves, behind one surface
     "kiln.rule_api": (*LEAVES, *RECORDS),
