@@ -33,6 +33,7 @@ KILN_PY = {
     "kiln/actions/model_loading.py": "tools/kiln/actions/model_loading.py",
     "kiln/actions/model_traps.py": "tools/kiln/actions/model_traps.py",
     "kiln/actions/package_loading.py": "tools/kiln/actions/package_loading.py",
+    "kiln/actions/program_needs.py": "tools/kiln/actions/program_needs.py",
     "kiln/actions/render_trt_loader.py": "tools/kiln/actions/render_trt_loader.py",
     "kiln/actions/spec.py": "tools/kiln/actions/spec.py",
     "kiln/actions/temp_state.py": "tools/kiln/actions/temp_state.py",
@@ -67,6 +68,7 @@ KILN_PY = {
     "kiln/loading/__init__.py": "tools/kiln/loading/__init__.py",
     "kiln/loading/attr_errors.py": "tools/kiln/loading/attr_errors.py",
     "kiln/machine.py": "tools/kiln/machine.py",
+    "kiln/pip_lock.py": "tools/kiln/pip_lock.py",
     "kiln/rule_api/__init__.py": "tools/kiln/rule_api/__init__.py",
     "kiln/rule_api/attrs.py": "tools/kiln/rule_api/attrs.py",
     "kiln/rule_api/context.py": "tools/kiln/rule_api/context.py",
@@ -237,10 +239,13 @@ CODE = {
         "kiln/actions/errors.py",
         "kiln/actions/model_loading.py",
         "kiln/actions/model_traps.py",
+        "kiln/actions/program_needs.py",
         "kiln/actions/spec.py",
         "kiln/actions/torch_export.py",
         "kiln/actions/torchvision_cpu.py",
         "kiln/actions/weights_split.py",
+        "kiln/errors.py",
+        "kiln/pip_lock.py",
     ],
     "kiln.actions.trt_engine": [
         "kiln/__init__.py",
@@ -249,6 +254,7 @@ CODE = {
         "kiln/actions/errors.py",
         "kiln/actions/model_loading.py",
         "kiln/actions/model_traps.py",
+        "kiln/actions/program_needs.py",
         "kiln/actions/spec.py",
         "kiln/actions/torch_export.py",
         "kiln/actions/torchvision_cpu.py",
@@ -256,6 +262,8 @@ CODE = {
         "kiln/actions/trt_engine.py",
         "kiln/actions/trt_refit.py",
         "kiln/actions/weights_split.py",
+        "kiln/errors.py",
+        "kiln/pip_lock.py",
         "kiln/tensorrt_settings.py",
     ],
     "kiln.actions.validate": [
@@ -395,6 +403,7 @@ RULES = {
             "[\"cpu\",\"inductor\",\"packaged\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -463,6 +472,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.export.json"},
                         ],
                         "outputs": [
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -487,6 +497,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -515,6 +526,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -550,6 +562,7 @@ RULES = {
                         "value": "{name}.golden.safetensors",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -626,6 +639,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -650,6 +664,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -678,6 +693,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -705,6 +721,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                         ],
@@ -736,6 +753,7 @@ RULES = {
             "[\"cpu\",\"inductor\",\"separate\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -804,6 +822,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.export.json"},
                         ],
                         "outputs": [
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -828,6 +847,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -856,6 +876,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -891,6 +912,7 @@ RULES = {
                         "value": "{name}.golden.safetensors",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -967,6 +989,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -991,6 +1014,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -1019,6 +1043,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1046,6 +1071,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
@@ -1078,6 +1104,7 @@ RULES = {
             "[\"cuda\",\"inductor\",\"packaged\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -1146,6 +1173,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.export.json"},
                         ],
                         "outputs": [
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1170,6 +1198,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -1198,6 +1227,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1233,6 +1263,7 @@ RULES = {
                         "value": "{name}.golden.safetensors",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -1309,6 +1340,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1333,6 +1365,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -1361,6 +1394,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1388,6 +1422,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                         ],
@@ -1419,6 +1454,7 @@ RULES = {
             "[\"cuda\",\"inductor\",\"separate\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -1487,6 +1523,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.export.json"},
                         ],
                         "outputs": [
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1511,6 +1548,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -1539,6 +1577,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1574,6 +1613,7 @@ RULES = {
                         "value": "{name}.golden.safetensors",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -1650,6 +1690,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1674,6 +1715,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -1702,6 +1744,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1729,6 +1772,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
@@ -1762,6 +1806,7 @@ RULES = {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
                     {"kind": "out", "value": "{name}.ep.pt2", "directory": False},
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.package.json", "directory": False},
                     {"kind": "out", "value": "{name}.pt2", "directory": False},
                     {
@@ -1821,6 +1866,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.ep.pt2"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                         ],
                         "gpu": True,
                     },
@@ -1843,6 +1889,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.ep.pt2"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.package.json"},
                         ],
                         "outputs": [
@@ -1877,6 +1924,7 @@ RULES = {
                         "value": "{name}.golden.safetensors",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.package.json", "directory": False},
                     {"kind": "out", "value": "{name}.pt2", "directory": False},
                     {"kind": "out", "value": "{name}.validate.json", "directory": False},
@@ -1944,6 +1992,7 @@ RULES = {
                         "outputs": [
                             {"kind": "out", "value": "{name}.ep.pt2"},
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                         ],
                         "gpu": True,
                     },
@@ -1966,6 +2015,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.ep.pt2"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.package.json"},
                         ],
                         "outputs": [
@@ -1992,6 +2042,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                         ],

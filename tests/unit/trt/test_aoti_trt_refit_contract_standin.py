@@ -93,6 +93,7 @@ def test_the_engines_are_compiled_from_the_structure_and_the_weights_refit_in() 
     assert _inputs(by_mnemonic(actions, "TrtCompile")) == {
         f"{OUT}.compile.json",
         f"{OUT}.structure.pt2",  # no weight values: a retrain leaves its key alone
+        f"{OUT}.needs.json",  # what loading it imports, in place of the model's pins
     }
     compile_spec = written(actions, f"{OUT}.compile.json")
     assert compile_spec["settings"]["immutable_weights"] is False
@@ -102,6 +103,7 @@ def test_the_engines_are_compiled_from_the_structure_and_the_weights_refit_in() 
         f"{OUT}.refittable.ep",
         f"{OUT}.structure.pt2",
         f"{OUT}.weights.safetensors",
+        f"{OUT}.needs.json",
     }
     assert written(actions, f"{OUT}.package.json")["refit"] == {
         "compiled": f"{OUT}.refittable.ep",
@@ -124,6 +126,7 @@ def test_without_refit_the_engines_are_built_with_the_weights(
     assert _inputs(by_mnemonic(actions, "AotiPackage")) == {
         f"{OUT}.package.json",
         f"{OUT}.ep.pt2",  # the program with its weights inside
+        f"{OUT}.needs.json",
     }
     assert written(actions, f"{OUT}.package.json")["refit"] is None
 
