@@ -29,7 +29,6 @@ from pathlib import Path
 import torch
 
 from kiln.action_specs import ProgramNeeds
-from kiln.pip_lock import normalized
 
 # The manifest kiln.pyenv writes at the root of every environment it makes.
 ENV_MANIFEST = "kiln-env.json"
@@ -63,6 +62,11 @@ def needs_of(program: torch.export.ExportedProgram) -> ProgramNeeds:
 def write(path: Path, needs: ProgramNeeds) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(needs.to_json(), encoding="utf-8")
+
+
+def normalized(name: str) -> str:
+    """A distribution's name as the lock and `@pip//name` spell it (kiln.pip_lock's rule)."""
+    return re.sub(r"[-_.]+", "_", name).lower()
 
 
 def _top(module: str) -> str:
