@@ -550,7 +550,8 @@ def _environments(cluster: RayCluster) -> dict[str, dict[Path, tuple[int, int]]]
     """The Python environments each node made (their manifests' inode and mtime)."""
     made: dict[str, dict[Path, tuple[int, int]]] = {}
     for name in ("cpu", "gpu"):
-        manifests = (cluster.tmp / f"worker-{name}" / "python-envs").glob("*/kiln-env.json")
+        envs = cluster.tmp / f"worker-{name}" / "cache" / "python-envs"
+        manifests = envs.glob("*/kiln-env.json")
         made[name] = {m: (m.stat().st_ino, m.stat().st_mtime_ns) for m in manifests}
     return made
 

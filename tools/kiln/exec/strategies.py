@@ -41,6 +41,7 @@ from kiln.exec.run_in_execroot import (
     run_in_execroot,
 )
 from kiln.exec.sandboxing import Sandboxing
+from kiln.layout import DiskCache
 
 if TYPE_CHECKING:
     from kiln.cache.digest_cache import FileDigestCache
@@ -156,7 +157,7 @@ class Host:
                 from kiln.pyenv.environment import EnvironmentStore
 
                 self._environments = EnvironmentStore(
-                    self.output_base.python_envs,
+                    DiskCache(self.cas.root).python_envs,
                     self.settings.python or sys.executable,
                     find_links=self.settings.pip_find_links,
                     report=self.report,
