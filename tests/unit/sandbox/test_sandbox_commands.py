@@ -139,7 +139,7 @@ def test_kill_9_of_kiln_kills_a_sandboxed_command_and_its_child(layout: Layout) 
         assert all(_running(pid) for pid in started)
         kiln.send_signal(signal.SIGKILL)
         kiln.wait()
-        deadline = time.monotonic() + 1.0
+        deadline = time.monotonic() + 60  # a bound for a failing test, not a claim of speed
         while any(_running(pid) for pid in started) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not any(_running(pid) for pid in started)
