@@ -68,7 +68,6 @@ KILN_PY = {
     "kiln/loading/__init__.py": "tools/kiln/loading/__init__.py",
     "kiln/loading/attr_errors.py": "tools/kiln/loading/attr_errors.py",
     "kiln/machine.py": "tools/kiln/machine.py",
-    "kiln/pip_lock.py": "tools/kiln/pip_lock.py",
     "kiln/rule_api/__init__.py": "tools/kiln/rule_api/__init__.py",
     "kiln/rule_api/attrs.py": "tools/kiln/rule_api/attrs.py",
     "kiln/rule_api/context.py": "tools/kiln/rule_api/context.py",
@@ -244,8 +243,6 @@ CODE = {
         "kiln/actions/torch_export.py",
         "kiln/actions/torchvision_cpu.py",
         "kiln/actions/weights_split.py",
-        "kiln/errors.py",
-        "kiln/pip_lock.py",
     ],
     "kiln.actions.trt_engine": [
         "kiln/__init__.py",
@@ -262,8 +259,6 @@ CODE = {
         "kiln/actions/trt_engine.py",
         "kiln/actions/trt_refit.py",
         "kiln/actions/weights_split.py",
-        "kiln/errors.py",
-        "kiln/pip_lock.py",
         "kiln/tensorrt_settings.py",
     ],
     "kiln.actions.validate": [
@@ -294,6 +289,7 @@ PIP_REPOSITORY = {
         "tools/kiln/code_digest.py",
         "tools/kiln/errors.py",
         "tools/kiln/file_io.py",
+        "tools/kiln/layout.py",
         "tools/kiln/loading/__init__.py",
         "tools/kiln/loading/package.py",
         "tools/kiln/loading/pip_repository.py",
