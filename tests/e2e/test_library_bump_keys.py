@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +77,7 @@ class Team:
             f"teamlib=={version} \\\n    --hash={package.hashes[0]}\n    # via -r requirements.in\n"
         )
 
-    def build(self) -> Build:
+    def build(self, *flags: str) -> Build:
         events = self.root.parent / "events.json"
         done = subprocess.run(
             [
@@ -88,6 +89,7 @@ class Team:
                 "--explain",
                 f"--pip_find_links={self.wheelhouse}",
                 f"--build_event_json_file={events}",
+                *flags,
             ],
             cwd=self.root,
             env=self.env,
@@ -97,6 +99,10 @@ class Team:
         )
         lines = events.read_text().splitlines() if events.exists() else []
         return Build(done.returncode, done.stderr, [json.loads(line) for line in lines])
+
+    @property
+    def environments(self) -> Path:
+        return Path(self.env["XDG_CACHE_HOME"]) / "kiln" / "python-envs"
 
     def needs(self) -> dict[str, object]:
         loaded: dict[str, object] = json.loads(
@@ -146,3 +152,21 @@ def test_a_bump_that_changes_the_graph_reruns_everything(team: Team) -> None:
     assert (
         "EXPLAIN: AotiCompile //m:team_pt2: input changed: kiln-out/m/team_pt2.structure.pt2"
     ) in run.err
+
+
+def test_a_build_collects_the_environments_of_old_pins_but_not_the_one_it_uses(
+    team: Team,
+) -> None:
+    """Environments are the disk cache's: --disk_cache_max_size removes the least recently
+    used whole (issue 20: 90-250 MB each, never collected), never one a build uses."""
+    team.lock("3.0", width=4)
+    assert team.build().code == 0
+    assert len(list(team.environments.glob("*/kiln-env.json"))) >= 2  # 3.0's and older
+    for in_use in team.environments.glob("*.in-use"):  # as if all were used an hour ago
+        os.utime(in_use, (time.time() - 3600, time.time() - 3600))
+    # New keys (an environment variable): the actions run, in 3.0's environment.
+    run = team.build("--action_env=ROUND=gc", "--disk_cache_max_size=1")
+    assert run.code == 0, run.err
+    assert run.status("AotiCompile") == "executed"
+    (kept,) = team.environments.glob("*/kiln-env.json")
+    assert "teamlib==3.0 " in kept.read_text()
