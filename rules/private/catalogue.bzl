@@ -33,6 +33,7 @@ KILN_PY = {
     "kiln/actions/model_loading.py": "tools/kiln/actions/model_loading.py",
     "kiln/actions/model_traps.py": "tools/kiln/actions/model_traps.py",
     "kiln/actions/package_loading.py": "tools/kiln/actions/package_loading.py",
+    "kiln/actions/program_needs.py": "tools/kiln/actions/program_needs.py",
     "kiln/actions/spec.py": "tools/kiln/actions/spec.py",
     "kiln/actions/temp_state.py": "tools/kiln/actions/temp_state.py",
     "kiln/actions/tensorrt/__init__.py": "tools/kiln/actions/tensorrt/__init__.py",
@@ -229,6 +230,7 @@ CODE = {
         "kiln/actions/inductor_cache.py",
         "kiln/actions/model_loading.py",
         "kiln/actions/model_traps.py",
+        "kiln/actions/program_needs.py",
         "kiln/actions/spec.py",
         "kiln/actions/temp_state.py",
         "kiln/actions/tensorrt/__init__.py",
@@ -254,6 +256,7 @@ CODE = {
         "kiln/actions/errors.py",
         "kiln/actions/model_loading.py",
         "kiln/actions/model_traps.py",
+        "kiln/actions/program_needs.py",
         "kiln/actions/spec.py",
         "kiln/actions/tensorrt/__init__.py",
         "kiln/actions/tensorrt/compiler.py",
@@ -290,6 +293,7 @@ CODE = {
         "kiln/actions/errors.py",
         "kiln/actions/model_loading.py",
         "kiln/actions/model_traps.py",
+        "kiln/actions/program_needs.py",
         "kiln/actions/spec.py",
         "kiln/actions/torch_export.py",
         "kiln/actions/torchvision_cpu.py",
@@ -323,6 +327,7 @@ PIP_REPOSITORY = {
         "tools/kiln/code_digest.py",
         "tools/kiln/errors.py",
         "tools/kiln/file_io.py",
+        "tools/kiln/layout.py",
         "tools/kiln/loading/__init__.py",
         "tools/kiln/loading/package.py",
         "tools/kiln/loading/pip_repository.py",
@@ -432,6 +437,7 @@ RULES = {
             "[\"cpu\",\"inductor\",\"packaged\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -507,6 +513,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.export.json"},
                         ],
                         "outputs": [
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -531,6 +538,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -559,6 +567,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -586,6 +595,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "outputs": [
@@ -621,6 +631,7 @@ RULES = {
                         "value": "{name}.golden.safetensors",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -704,6 +715,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -728,6 +740,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -756,6 +769,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -783,6 +797,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                         ],
@@ -810,6 +825,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "outputs": [
@@ -841,6 +857,7 @@ RULES = {
             "[\"cpu\",\"inductor\",\"separate\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -916,6 +933,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.export.json"},
                         ],
                         "outputs": [
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -940,6 +958,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -968,6 +987,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -995,6 +1015,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "outputs": [
@@ -1030,6 +1051,7 @@ RULES = {
                         "value": "{name}.golden.safetensors",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -1113,6 +1135,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1137,6 +1160,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -1165,6 +1189,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1192,6 +1217,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
@@ -1220,6 +1246,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "outputs": [
@@ -1251,6 +1278,7 @@ RULES = {
             "[\"cuda\",\"inductor\",\"packaged\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -1326,6 +1354,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.export.json"},
                         ],
                         "outputs": [
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1350,6 +1379,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -1378,6 +1408,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1405,6 +1436,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "outputs": [
@@ -1440,6 +1472,7 @@ RULES = {
                         "value": "{name}.golden.safetensors",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -1523,6 +1556,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1547,6 +1581,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -1575,6 +1610,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1602,6 +1638,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                         ],
@@ -1629,6 +1666,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "outputs": [
@@ -1660,6 +1698,7 @@ RULES = {
             "[\"cuda\",\"inductor\",\"separate\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -1735,6 +1774,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.export.json"},
                         ],
                         "outputs": [
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1759,6 +1799,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -1787,6 +1828,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1814,6 +1856,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "outputs": [
@@ -1849,6 +1892,7 @@ RULES = {
                         "value": "{name}.golden.safetensors",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -1932,6 +1976,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1956,6 +2001,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -1984,6 +2030,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -2011,6 +2058,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
@@ -2039,6 +2087,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "outputs": [
@@ -2071,6 +2120,7 @@ RULES = {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
                     {"kind": "out", "value": "{name}.ep.pt2", "directory": False},
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.package.json", "directory": False},
                     {"kind": "out", "value": "{name}.manifest.json", "directory": False},
                     {"kind": "out", "value": "{name}.pt2", "directory": False},
@@ -2131,6 +2181,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.ep.pt2"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                         ],
                         "gpu": True,
                     },
@@ -2153,6 +2204,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.ep.pt2"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.package.json"},
                         ],
                         "outputs": [
@@ -2189,6 +2241,7 @@ RULES = {
                         "value": "{name}.golden.safetensors",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.package.json", "directory": False},
                     {"kind": "out", "value": "{name}.manifest.json", "directory": False},
                     {"kind": "out", "value": "{name}.pt2", "directory": False},
@@ -2257,6 +2310,7 @@ RULES = {
                         "outputs": [
                             {"kind": "out", "value": "{name}.ep.pt2"},
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                         ],
                         "gpu": True,
                     },
@@ -2279,6 +2333,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.ep.pt2"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.package.json"},
                         ],
                         "outputs": [
@@ -2306,6 +2361,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                         ],

@@ -79,7 +79,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kiln.rules.toolchain": ("kiln.host_facts", "kiln.machine", "kiln.action_graph", "kiln.cache"),
     "kiln.workers": ("kiln.errors", "kiln.fork_server"),
     # the Python environments actions run in: made with pip, below the executor
-    "kiln.pyenv": (*LEAVES, "kiln.action_graph", "kiln.pip_lock"),
+    "kiln.pyenv": (*LEAVES, "kiln.action_graph", "kiln.pip_lock", "kiln.layout"),
     # namespaces and mounts; its processes speak the workers' frames
     "kiln.sandbox": ("kiln", "kiln.errors", "kiln.workers"),
     "kiln.exec": (
