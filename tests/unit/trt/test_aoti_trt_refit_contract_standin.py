@@ -119,6 +119,7 @@ def test_the_engines_and_the_package_around_them_are_built_from_the_structure() 
     assert _inputs(by_mnemonic(actions, "AotiPackage")) == {
         f"{OUT}.package.json",
         f"{OUT}.refittable.ep",  # the engines of the structure, no weights
+        f"{OUT}.needs.json",
     }
     assert _outputs(by_mnemonic(actions, "AotiPackage")) == {f"{OUT}.program.pt2"}
     assert written(actions, f"{OUT}.package.json")["compiled"] is True
