@@ -7,6 +7,7 @@ Compiled once per architecture, weights joined after. Actions, each cached on it
     TorchExport   model source + weights -> <name>.structure.pt2 (placeholders for the
                   weights, no stack traces) + <name>.weights.safetensors (the values)
                   + <name>.golden.safetensors (eager's outputs at min/opt/max)
+                  + <name>.needs.json (what loading the program imports)
     AotiCompile   <name>.structure.pt2 -> <name>.program.pt2 + <name>.layout.json
                   (10-60 s; keyed on structure: a change of weights alone, or an edit
                   that keeps the graph, is a cache hit)
@@ -18,6 +19,10 @@ Compiled once per architecture, weights joined after. Actions, each cached on it
                   (<name>_loader.py)
     AotiManifest  <name>.pt2 -> <name>.manifest.json (how the weights got in, the
                   package's kiln.* metadata; an output, so a cache hit shows it)
+
+Every action after the export runs in the model's environment but is keyed on
+<name>.needs.json, not on the environment's locked packages: a library bump that
+leaves the exported program alone re-runs the export only.
 
 `weights` picks the deployment form: "packaged" (a self-contained .pt2) or
 "separate" (the .pt2 holds the program alone; <name>.weights.safetensors is loaded
@@ -298,6 +303,10 @@ class _Actions:
         self.ctx = ctx
         self.packages = packages
         self.python_env = python_env
+        # TorchExport's record of what loading its program imports: every action after
+        # the export loads the program (or what was compiled from it), and is keyed on
+        # this instead of the environment's locked packages (kiln.actions.program_needs).
+        self.needs: File | None = None
         self.gpu = 1 if ctx.attrs.device == "cuda" else 0
         self.platform = {
             "device": ctx.attrs.device,
@@ -324,6 +333,7 @@ class _Actions:
             outputs=outputs,
             packages=(*self.packages, *extra_packages),
             python_env=self.python_env,
+            needs=self.needs,
             platform=self.platform,
             resources=Resources(cpu=1, gpu=self.gpu, memory_mb=memory_mb),
             supports_workers=True,
@@ -341,6 +351,7 @@ def _export_structure(
     name = ctx.name
     structure = ctx.declare_file(f"{name}.structure.pt2")
     weights = ctx.declare_file(aoti_loader.weights_file_of(f"{name}.pt2"))
+    needs = ctx.declare_file(f"{name}.needs.json")
     export_spec = ctx.declare_file(f"{name}.export.json")
     ctx.actions.write_spec(
         export_spec,
@@ -350,6 +361,7 @@ def _export_structure(
             output=structure.path,
             goldens=goldens.path if goldens else None,
             weights=weights.path,
+            needs=needs.path,
         ),
     )
     actions.run(
@@ -357,10 +369,11 @@ def _export_structure(
         "torch_export",
         export_spec,
         model.files,
-        [structure, weights, *([goldens] if goldens else [])],
+        [structure, weights, needs, *([goldens] if goldens else [])],
         2000,
         extra_packages=("safetensors",),
     )
+    actions.needs = needs
     return structure, weights
 
 
@@ -572,6 +585,7 @@ def _export_with_weights(
 ) -> File:
     """TorchExport of the program with its weights inside (and eager's goldens)."""
     program = ctx.declare_file(f"{ctx.name}.ep.pt2")
+    needs = ctx.declare_file(f"{ctx.name}.needs.json")
     export_spec = ctx.declare_file(f"{ctx.name}.export.json")
     ctx.actions.write_spec(
         export_spec,
@@ -581,9 +595,10 @@ def _export_with_weights(
             output=program.path,
             goldens=goldens.path if goldens else None,
             weights=None,
+            needs=needs.path,
         ),
     )
-    exported = [program, *([goldens] if goldens else [])]
+    exported = [program, needs, *([goldens] if goldens else [])]
     actions.run(
         "TorchExport",
         "torch_export",
@@ -593,6 +608,7 @@ def _export_with_weights(
         2000,
         extra_packages=("safetensors",),
     )
+    actions.needs = needs
     return program
 
 

@@ -33,6 +33,7 @@ KILN_PY = {
     "kiln/actions/model_loading.py": "tools/kiln/actions/model_loading.py",
     "kiln/actions/model_traps.py": "tools/kiln/actions/model_traps.py",
     "kiln/actions/package_loading.py": "tools/kiln/actions/package_loading.py",
+    "kiln/actions/program_needs.py": "tools/kiln/actions/program_needs.py",
     "kiln/actions/spec.py": "tools/kiln/actions/spec.py",
     "kiln/actions/temp_state.py": "tools/kiln/actions/temp_state.py",
     "kiln/actions/tensorrt/__init__.py": "tools/kiln/actions/tensorrt/__init__.py",
@@ -248,6 +249,7 @@ CODE = {
         "kiln/actions/inductor_cache.py",
         "kiln/actions/model_loading.py",
         "kiln/actions/model_traps.py",
+        "kiln/actions/program_needs.py",
         "kiln/actions/spec.py",
         "kiln/actions/temp_state.py",
         "kiln/actions/tensorrt/__init__.py",
@@ -273,6 +275,7 @@ CODE = {
         "kiln/actions/errors.py",
         "kiln/actions/model_loading.py",
         "kiln/actions/model_traps.py",
+        "kiln/actions/program_needs.py",
         "kiln/actions/spec.py",
         "kiln/actions/tensorrt/__init__.py",
         "kiln/actions/tensorrt/compiler.py",
@@ -313,6 +316,7 @@ CODE = {
         "kiln/actions/errors.py",
         "kiln/actions/model_loading.py",
         "kiln/actions/model_traps.py",
+        "kiln/actions/program_needs.py",
         "kiln/actions/spec.py",
         "kiln/actions/torch_export.py",
         "kiln/actions/torchvision_cpu.py",
@@ -387,6 +391,7 @@ PIP_REPOSITORY = {
         "tools/kiln/code_digest.py",
         "tools/kiln/errors.py",
         "tools/kiln/file_io.py",
+        "tools/kiln/layout.py",
         "tools/kiln/loading/__init__.py",
         "tools/kiln/loading/package.py",
         "tools/kiln/loading/pip_repository.py",
@@ -497,6 +502,7 @@ RULES = {
             "[\"cpu\",\"inductor\",\"linux_x86_64\",\"packaged\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -572,6 +578,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.export.json"},
                         ],
                         "outputs": [
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -596,6 +603,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -624,6 +632,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -651,6 +660,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "outputs": [
@@ -686,6 +696,7 @@ RULES = {
                         "value": "{name}.golden.safetensors",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -769,6 +780,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -793,6 +805,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -821,6 +834,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -848,6 +862,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                         ],
@@ -875,6 +890,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "outputs": [
@@ -906,6 +922,7 @@ RULES = {
             "[\"cpu\",\"inductor\",\"linux_x86_64\",\"separate\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -981,6 +998,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.export.json"},
                         ],
                         "outputs": [
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1005,6 +1023,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -1033,6 +1052,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1060,6 +1080,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "outputs": [
@@ -1095,6 +1116,7 @@ RULES = {
                         "value": "{name}.golden.safetensors",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -1178,6 +1200,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1202,6 +1225,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -1230,6 +1254,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1257,6 +1282,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
@@ -1285,6 +1311,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "outputs": [
@@ -1316,6 +1343,7 @@ RULES = {
             "[\"cpu\",\"inductor\",\"windows_x86_64\",\"packaged\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -1385,6 +1413,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.export.json"},
                         ],
                         "outputs": [
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1409,6 +1438,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -1437,6 +1467,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1474,6 +1505,7 @@ RULES = {
                         "value": "{name}.golden.safetensors",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -1551,6 +1583,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1575,6 +1608,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -1603,6 +1637,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1630,6 +1665,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                             {
@@ -1679,6 +1715,7 @@ RULES = {
             "[\"cuda\",\"inductor\",\"linux_x86_64\",\"packaged\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -1754,6 +1791,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.export.json"},
                         ],
                         "outputs": [
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1778,6 +1816,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -1806,6 +1845,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1833,6 +1873,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "outputs": [
@@ -1868,6 +1909,7 @@ RULES = {
                         "value": "{name}.golden.safetensors",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -1951,6 +1993,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -1975,6 +2018,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -2003,6 +2047,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -2030,6 +2075,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                         ],
@@ -2057,6 +2103,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "outputs": [
@@ -2088,6 +2135,7 @@ RULES = {
             "[\"cuda\",\"inductor\",\"linux_x86_64\",\"separate\",false]": {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -2163,6 +2211,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.export.json"},
                         ],
                         "outputs": [
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -2187,6 +2236,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -2215,6 +2265,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -2242,6 +2293,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "outputs": [
@@ -2277,6 +2329,7 @@ RULES = {
                         "value": "{name}.golden.safetensors",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
                     {
                         "kind": "out",
@@ -2360,6 +2413,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -2384,6 +2438,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.compile.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.structure.pt2"},
                         ],
                         "outputs": [
@@ -2412,6 +2467,7 @@ RULES = {
                         "inputs": [
                             {"kind": "out", "value": "{name}.join.json"},
                             {"kind": "out", "value": "{name}.layout.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.program.pt2"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
@@ -2439,6 +2495,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                             {"kind": "out", "value": "{name}.weights.safetensors"},
@@ -2467,6 +2524,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.manifest_spec.json"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "outputs": [
@@ -2499,6 +2557,7 @@ RULES = {
                 "outputs": [
                     {"kind": "out", "value": "{name}.export.json", "directory": False},
                     {"kind": "out", "value": "{name}.ep.pt2", "directory": False},
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.package.json", "directory": False},
                     {"kind": "out", "value": "{name}.manifest.json", "directory": False},
                     {"kind": "out", "value": "{name}.pt2", "directory": False},
@@ -2559,6 +2618,7 @@ RULES = {
                         ],
                         "outputs": [
                             {"kind": "out", "value": "{name}.ep.pt2"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                         ],
                         "gpu": True,
                     },
@@ -2581,6 +2641,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.ep.pt2"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.package.json"},
                         ],
                         "outputs": [
@@ -2617,6 +2678,7 @@ RULES = {
                         "value": "{name}.golden.safetensors",
                         "directory": False,
                     },
+                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
                     {"kind": "out", "value": "{name}.package.json", "directory": False},
                     {"kind": "out", "value": "{name}.manifest.json", "directory": False},
                     {"kind": "out", "value": "{name}.pt2", "directory": False},
@@ -2685,6 +2747,7 @@ RULES = {
                         "outputs": [
                             {"kind": "out", "value": "{name}.ep.pt2"},
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                         ],
                         "gpu": True,
                     },
@@ -2707,6 +2770,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.ep.pt2"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.package.json"},
                         ],
                         "outputs": [
@@ -2734,6 +2798,7 @@ RULES = {
                         },
                         "inputs": [
                             {"kind": "out", "value": "{name}.golden.safetensors"},
+                            {"kind": "out", "value": "{name}.needs.json"},
                             {"kind": "out", "value": "{name}.pt2"},
                             {"kind": "out", "value": "{name}.validate.json"},
                         ],

@@ -362,10 +362,10 @@ def implementation(ctx: RuleContext[TrtEngineBaseAttrs]) -> list[object]:
     program = ctx.declare_file(f"{name}.ep")
     manifest = ctx.declare_file(f"{name}.manifest.json")
     engines = ctx.declare_directory(f"{name}.engines")
-    refit_inputs = (
+    refit_inputs, needs = (
         _refit_actions(ctx, model, ranges, settings, platform, packages)
         if (refit and found.refit)
-        else None
+        else (None, None)
     )
     spec = ctx.declare_file(f"{name}.trt.json")
     ctx.actions.write_spec(
@@ -400,6 +400,7 @@ def implementation(ctx: RuleContext[TrtEngineBaseAttrs]) -> list[object]:
         outputs=[program, manifest, engines],
         packages=[*packages, *(["safetensors"] if refit_inputs else [])],
         python_env=model.python_env,
+        needs=needs,
         platform=platform,
         resources=Resources(cpu=1, gpu=1, memory_mb=attrs.memory_mb),
         progress_message=f"TrtEngine {ctx.label} ({target})",
@@ -437,12 +438,14 @@ def _refit_actions(
     settings: dict[str, Any],
     platform: dict[str, str],
     packages: list[str],
-) -> TrtRefit:
+) -> tuple[TrtRefit, File]:
     """TorchExport (structure + weights) and TrtCompile (the refittable program): what
-    TrtEngine refits the weights into."""
+    TrtEngine refits the weights into, and the export's record of what loading the
+    structure imports (the actions after the export are keyed on it)."""
     name = ctx.name
     structure = ctx.declare_file(f"{name}.structure.pt2")
     weights = ctx.declare_file(f"{name}.weights.safetensors")
+    needs = ctx.declare_file(f"{name}.needs.json")
     export_spec = ctx.declare_file(f"{name}.export.json")
     ctx.actions.write_spec(
         export_spec,
@@ -452,6 +455,7 @@ def _refit_actions(
             output=structure.path,
             goldens=None,  # trt_engine has no validation action to read them
             weights=weights.path,
+            needs=needs.path,
         ),
     )
     ctx.actions.run_python(
@@ -459,7 +463,7 @@ def _refit_actions(
         module="torch_export",
         spec=export_spec,
         inputs=model.files,
-        outputs=[structure, weights],
+        outputs=[structure, weights, needs],
         packages=("torch", "safetensors"),
         python_env=model.python_env,
         platform={"device": "cuda"},
@@ -487,11 +491,13 @@ def _refit_actions(
         outputs=[compiled],
         packages=packages,
         python_env=model.python_env,
+        needs=needs,
         platform=platform,
         resources=Resources(cpu=1, gpu=1, memory_mb=ctx.attrs.memory_mb),
         progress_message=f"TrtCompile {ctx.label} (refittable, from the structure)",
     )
-    return TrtRefit(compiled=compiled.path, structure=structure.path, weights=weights.path)
+    refit = TrtRefit(compiled=compiled.path, structure=structure.path, weights=weights.path)
+    return refit, needs
 
 
 RULE = Rule(

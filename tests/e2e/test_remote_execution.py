@@ -328,7 +328,7 @@ def test_a_worker_killed_mid_action_is_retried_and_leaves_nothing_running(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     # Its command dies with it (the supervisor's lifeline), long before its sleep ends.
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60  # a bound for a failing test, not a claim of speed
     while not (_gone(shell) and _gone(supervisor)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _gone(shell) and _gone(supervisor)
@@ -356,7 +356,7 @@ def test_ctrl_c_cancels_remote_tasks_and_caches_nothing(
     _, err = process.communicate(timeout=60)
     assert process.returncode == 8, err
     assert "interrupted" in err
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # a bound for a failing test, not a claim of speed
     while not (_gone(shell) and _gone(supervisor)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _gone(shell) and _gone(supervisor)
@@ -396,7 +396,7 @@ def test_ctrl_c_during_dynamic_kills_both_runs(driver: Driver, tmp_path: Path) -
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=60)
         assert process.returncode == 8, err
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # a bound for a failing test
         while not all(_gone(pid) for pid in pids.values()) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert {side: _gone(pid) for side, pid in pids.items()} == {"here": True, "remote": True}
@@ -550,7 +550,8 @@ def _environments(cluster: RayCluster) -> dict[str, dict[Path, tuple[int, int]]]
     """The Python environments each node made (their manifests' inode and mtime)."""
     made: dict[str, dict[Path, tuple[int, int]]] = {}
     for name in ("cpu", "gpu"):
-        manifests = (cluster.tmp / f"worker-{name}" / "python-envs").glob("*/kiln-env.json")
+        envs = cluster.tmp / f"worker-{name}" / "cache" / "python-envs"
+        manifests = envs.glob("*/kiln-env.json")
         made[name] = {m: (m.stat().st_ino, m.stat().st_mtime_ns) for m in manifests}
     return made
 

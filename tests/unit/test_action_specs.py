@@ -187,6 +187,7 @@ EXPORT = ExportSpec.from_json(
             "output": "kiln-out/m/m.structure.pt2",
             "goldens": "kiln-out/m/m.golden.safetensors",
             "weights": "kiln-out/m/m.weights.safetensors",
+            "needs": "kiln-out/m/m.needs.json",
         }
     )
 )

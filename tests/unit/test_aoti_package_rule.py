@@ -76,9 +76,14 @@ def test_the_compile_reads_the_structure_alone() -> None:
         "mlp_pt2.structure.pt2",
         "mlp_pt2.weights.safetensors",
         "mlp_pt2.golden.safetensors",
+        "mlp_pt2.needs.json",  # what loading the program imports: later keys hold it
     }
     compile_ = _action(actions, "AotiCompile")
-    assert _paths(compile_.inputs) == {"mlp_pt2.compile.json", "mlp_pt2.structure.pt2"}
+    assert _paths(compile_.inputs) == {
+        "mlp_pt2.compile.json",
+        "mlp_pt2.structure.pt2",
+        "mlp_pt2.needs.json",
+    }
     assert _paths(compile_.outputs) == {"mlp_pt2.program.pt2", "mlp_pt2.layout.json"}
     join = _action(actions, "AotiJoin")
     assert _paths(join.inputs) == {
@@ -86,6 +91,7 @@ def test_the_compile_reads_the_structure_alone() -> None:
         "mlp_pt2.program.pt2",
         "mlp_pt2.layout.json",
         "mlp_pt2.weights.safetensors",
+        "mlp_pt2.needs.json",
     }
     assert _paths(join.outputs) == {"mlp_pt2.pt2"}
     # Validation runs the joined package, the final artifact, against eager's goldens
@@ -94,6 +100,7 @@ def test_the_compile_reads_the_structure_alone() -> None:
         "mlp_pt2.validate.json",
         "mlp_pt2.pt2",
         "mlp_pt2.golden.safetensors",
+        "mlp_pt2.needs.json",
     }
 
 

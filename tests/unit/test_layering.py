@@ -53,6 +53,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kiln.fork_server": (),
     "kiln.actions": (
         "kiln.action_specs",
+        "kiln.package_specs",  # AotiManifest writes the package manifest record
         "kiln.cc_templates",
         "kiln.fork_server",
         "kiln.cpu_isa",
@@ -66,6 +67,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "kiln.package_specs",
         "kiln.actions.tensorrt.settings",
         "kiln.cc_templates",
+        "kiln.cpu_isa",  # a TensorRT package's manifest names the CPU its kernels need
     ),
     # what rules/ sees: the records and a few leaves, behind one surface
     "kiln.rule_api": (*LEAVES, *RECORDS),
@@ -81,7 +83,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kiln.rules.toolchain": ("kiln.host_facts", "kiln.machine", "kiln.action_graph", "kiln.cache"),
     "kiln.workers": ("kiln.errors", "kiln.fork_server"),
     # the Python environments actions run in: made with pip, below the executor
-    "kiln.pyenv": (*LEAVES, "kiln.action_graph", "kiln.pip_lock"),
+    "kiln.pyenv": (*LEAVES, "kiln.action_graph", "kiln.pip_lock", "kiln.layout"),
     # namespaces and mounts; its processes speak the workers' frames
     "kiln.sandbox": ("kiln", "kiln.errors", "kiln.workers"),
     "kiln.exec": (

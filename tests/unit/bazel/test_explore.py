@@ -71,13 +71,16 @@ def test_inputs_are_found_through_the_model_target(tables: dict[str, RuleTable])
     assert export.inputs == (*model, Ref("out", "{name}.export.json"))
     assert export.outputs == (
         Ref("out", "{name}.golden.safetensors"),
+        Ref("out", "{name}.needs.json"),
         Ref("out", "{name}.structure.pt2"),
         Ref("out", "{name}.weights.safetensors"),
     )
-    # The compile reads the structure alone (no weights, no model source), validation no
-    # model source: both early cutoffs, under Bazel too.
+    # The compile reads the structure alone (no weights, no model source) and the record
+    # of what loading it imports, validation no model source: both early cutoffs, under
+    # Bazel too.
     assert compile_.inputs == (
         Ref("out", "{name}.compile.json"),
+        Ref("out", "{name}.needs.json"),
         Ref("out", "{name}.structure.pt2"),
     )
     assert Ref("out", "{name}.weights.safetensors") in join.inputs

@@ -111,6 +111,7 @@ def test_the_engines_and_the_package_around_them_are_built_from_the_structure() 
     assert _inputs(by_mnemonic(actions, "TrtCompile")) == {
         f"{OUT}.compile.json",
         f"{OUT}.structure.pt2",  # no weight values: a retrain leaves its key alone
+        f"{OUT}.needs.json",  # what loading it imports, in place of the model's pins
     }
     compile_spec = written(actions, f"{OUT}.compile.json")
     assert compile_spec["settings"]["immutable_weights"] is False
@@ -118,6 +119,7 @@ def test_the_engines_and_the_package_around_them_are_built_from_the_structure() 
     assert _inputs(by_mnemonic(actions, "AotiPackage")) == {
         f"{OUT}.package.json",
         f"{OUT}.refittable.ep",  # the engines of the structure, no weights
+        f"{OUT}.needs.json",
     }
     assert _outputs(by_mnemonic(actions, "AotiPackage")) == {f"{OUT}.program.pt2"}
     assert written(actions, f"{OUT}.package.json")["compiled"] is True
@@ -127,6 +129,7 @@ def test_the_engines_and_the_package_around_them_are_built_from_the_structure() 
         f"{OUT}.refittable.ep",
         f"{OUT}.structure.pt2",
         f"{OUT}.weights.safetensors",
+        f"{OUT}.needs.json",
     }
     assert _outputs(by_mnemonic(actions, "AotiRefit")) == {f"{OUT}.pt2", f"{OUT}.manifest.json"}
     assert written(actions, f"{OUT}.refit.json")["refit"] == {
@@ -162,6 +165,7 @@ def test_without_refit_the_engines_are_built_with_the_weights(
     assert _inputs(by_mnemonic(actions, "AotiPackage")) == {
         f"{OUT}.package.json",
         f"{OUT}.ep.pt2",  # the program with its weights inside
+        f"{OUT}.needs.json",
     }
     assert _outputs(by_mnemonic(actions, "AotiPackage")) == {f"{OUT}.pt2", f"{OUT}.manifest.json"}
     assert written(actions, f"{OUT}.package.json")["compiled"] is False

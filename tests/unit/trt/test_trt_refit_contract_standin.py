@@ -82,6 +82,7 @@ def test_contract_with_standin_the_compile_reads_the_structure_and_no_weights(
     assert {f.path for f in compile_.inputs} == {
         "kiln-out/models/tiny_trt.compile.json",
         "kiln-out/models/tiny_trt.structure.pt2",
+        "kiln-out/models/tiny_trt.needs.json",
     }
     assert (
         written(actions, "kiln-out/models/tiny_trt.compile.json")["settings"]["immutable_weights"]
@@ -93,6 +94,7 @@ def test_contract_with_standin_the_compile_reads_the_structure_and_no_weights(
         "kiln-out/models/tiny_trt.refittable.ep",
         "kiln-out/models/tiny_trt.structure.pt2",
         "kiln-out/models/tiny_trt.weights.safetensors",
+        "kiln-out/models/tiny_trt.needs.json",
     }
     assert compile_.resources.gpu == engine.resources.gpu == 1
 

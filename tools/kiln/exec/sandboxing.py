@@ -99,7 +99,7 @@ class Sandboxing:
         torch_tmp.mkdir(parents=True, exist_ok=True)
         # The Python environments of actions with packages (kiln.pyenv) are toolchain
         # too, read-only: made outside the sandbox, before their actions run, in here.
-        environments = self._output_base.python_envs
+        environments = self._disk_cache.python_envs
         environments.mkdir(parents=True, exist_ok=True)
         config = SandboxConfig(
             toolchain=(*toolchain_dirs(self._hidden), str(environments)),

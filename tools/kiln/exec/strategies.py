@@ -43,6 +43,7 @@ from kiln.exec.run_in_execroot import (
     run_in_execroot,
 )
 from kiln.exec.sandboxing import Sandboxing
+from kiln.layout import DiskCache
 
 if TYPE_CHECKING:
     from kiln.cache.digest_cache import FileDigestCache
@@ -160,7 +161,7 @@ class Host:
                 from kiln.pyenv.environment import EnvironmentStore
 
                 self._environments = EnvironmentStore(
-                    self.output_base.python_envs,
+                    DiskCache(self.cas.root).python_envs,
                     self.settings.python or sys.executable,
                     find_links=self.settings.pip_find_links,
                     report=self.report,
@@ -282,6 +283,7 @@ class RemoteStrategy:
         self.interrupted = False
         self._lock = threading.Lock()
         self._wheels: WheelStore | None = None
+        self._fell_back = False  # said that actions run here instead
 
     def run(self, work: Work) -> Ran:
         ran = self.run_remotely(work)
@@ -333,6 +335,7 @@ class RemoteStrategy:
         if self.interrupted:
             return Ran(None, lane, failure=Failure("interrupted"))
         if ran.unreachable and self.fallback(action) is not None:
+            self._falling_back(ran.ended.failure_message)
             return None
         if ran.result is None:
             ran_at = None if ran.unreachable else Source.RAN_REMOTELY
@@ -340,6 +343,14 @@ class RemoteStrategy:
         if claim is not None and not claim():
             return Ran(None, lane, failure=Failure("the local run finished first"))
         return Ran(Source.RAN_REMOTELY, lane, ran.result, printed=ran.printed)
+
+    def _falling_back(self, why: str) -> None:
+        """Say once that actions run here, not on the cluster, and why."""
+        with self._lock:
+            if self._fell_back:
+                return
+            self._fell_back = True
+        self.report(f"{why.rstrip('.')}; running actions here instead (--remote_local_fallback)")
 
     def _remote_wheels(self, action: Action) -> tuple[RemoteWheel, ...]:
         """The wheels a node installs to make the action's environment, by digest: those

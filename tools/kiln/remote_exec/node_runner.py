@@ -24,7 +24,7 @@
 Nothing is stored for a failure, a timeout or a cancel. The node keeps its
 state under $KILN_WORKER_ROOT (default: <cache home>/remote-worker): `cache/`
 is its CAS, `execroot/` the execroots of running actions (and the wheelhouses
-of environments being made), `python-envs/` the Python environments.
+of environments being made), `cache/python-envs/` the Python environments.
 """
 
 from __future__ import annotations
