@@ -175,7 +175,7 @@ def test_kill_9_of_kiln_kills_the_sandboxed_worker_its_host_and_its_child(
         started = [int(pid) for pid in pids.read_text().split()]
         kiln.send_signal(signal.SIGKILL)
         kiln.wait()
-        deadline = time.monotonic() + 1.0
+        deadline = time.monotonic() + 60  # a bound for a failing test, not a claim of speed
         while any(_running(pid) for pid in started) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not any(_running(pid) for pid in started)

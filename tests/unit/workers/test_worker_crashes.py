@@ -155,12 +155,21 @@ def test_concurrent_runs_never_use_more_than_max_instances_workers(
         assert at_once <= 2
 
 
-def test_shutdown_is_idempotent_and_leaves_no_processes(make_execroot: MakeExecroot) -> None:
-    root = make_execroot("""
+def test_shutdown_is_idempotent_and_leaves_no_processes(
+    make_execroot: MakeExecroot, tmp_path: Path
+) -> None:
+    started = tmp_path / "started"
+    started.mkdir()
+    # Each action waits until both run, so that both workers get started (a pause of its
+    # own was not enough on a loaded machine: one worker could run both in turn).
+    root = make_execroot(f"""
         import os, subprocess, time
         child = subprocess.Popen(["sleep", "60"])
-        print(os.getppid(), child.pid)
-        time.sleep(0.3)  # so that both workers get started
+        print(os.getppid(), child.pid)  # the action runs in a fork of its worker
+        open(os.path.join({str(started)!r}, str(os.getpid())), "w").close()
+        deadline = time.monotonic() + 120
+        while len(os.listdir({str(started)!r})) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
     """)
     pool = WorkerPool(sys.executable, max_instances=2, preload=())
     responses = run_concurrently(pool, [root.request(tag=str(i)) for i in range(2)])

@@ -59,6 +59,15 @@ METADATA = "aot_inductor.metadata"
 REPRODUCIBLE_CONFIGS: dict[str, dict[str, Any]] = {
     "cuda": {"triton.autotune_pointwise": False},
 }
+# The build machine's core count must not reach the package either. Left alone, inductor
+# writes the compiling process's torch.get_num_threads() into its C++ kernels: the number
+# of loop levels it parallelises, `#pragma omp parallel num_threads(N)` where N is not
+# os.cpu_count(), and reduction buffers of N slots; so packages built on 1 and on 4 threads
+# differed in bytes (bench/bench_thread_portability.py). A fixed count for those
+# decisions, and OpenMP's own at run time (dynamic_threads: the deployment's
+# OMP_NUM_THREADS or torch.set_num_threads), make one package for every build machine.
+# Any device: a CUDA package's CPU kernels too. A target's inductor_configs may set them.
+THREAD_CONFIGS: dict[str, Any] = {"cpp.threads": 8, "cpp.dynamic_threads": True}
 
 
 def main(spec: CompileSpec) -> None:
@@ -141,6 +150,7 @@ def inductor_configs(spec: CompileSpec, key: str) -> dict[str, Any]:
         raise ActionFailure(f"inductor_configs '{METADATA}' must be a dict of strings")
     return {
         **REPRODUCIBLE_CONFIGS.get(spec.device, {}),
+        **THREAD_CONFIGS,
         **configs,
         **SPLIT_CONFIGS,
         **isa_configs(spec.cpu_isa),
@@ -159,6 +169,7 @@ def compile_key(spec: CompileSpec, torch_version: str) -> str:
         "inductor_configs": spec.inductor_configs,
         "split_configs": SPLIT_CONFIGS,
         "reproducible_configs": REPRODUCIBLE_CONFIGS.get(spec.device, {}),
+        "thread_configs": THREAD_CONFIGS,
         "toolchain": {
             "torch": torch_version,
             "python": platform.python_version(),

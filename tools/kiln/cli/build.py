@@ -55,12 +55,13 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
     from kiln.cli.execution import execute_graph  # the executor and the caches
 
     _check_output_root(session)
+    usable_gpus = host.usable_gpus()  # one nvidia-smi call: the count and the ids
     limits = options.slice(
         Limits,
         renamed={"memory_mb": "local_ram_mb"},
         when_unset={  # the flags' default, None, is "what this host has"
             "jobs": host.cpu_count,
-            "gpus": host.gpu_count,
+            "gpus": lambda: len(usable_gpus),
             "memory_mb": lambda: host.memory_mb() * 2 // 3,
         },
     )
@@ -108,7 +109,10 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
         return str(loader.location_of(target))
 
     action_graph = ActionGraph.of(actions)
-    result, seconds = execute_graph(session, options, action_graph, limits, locate, reports, remote)
+    gpu_ids = host.gpu_pool_ids(usable_gpus, limits.gpus)
+    result, seconds = execute_graph(
+        session, options, action_graph, limits, gpu_ids, locate, reports, remote
+    )
     unbuilt = unbuilt_owners(action_graph, [o.action for o in result.failed])
     unbuilt |= {e.label for e in errors if e.label}  # refused before running (a GPU)
     withdrawn = withdraw(analysis.actions, unbuilt, session.workspace.root)

@@ -33,11 +33,12 @@ def execute_graph(
     options: BuildOptions,
     graph: ActionGraph,
     limits: Limits,
+    gpu_ids: tuple[str, ...],
     locate: Callable[[str], str],
     reports: Reports,
     remote_execution: RemoteExecution,
 ) -> tuple[ScheduleResult, float]:
-    """Run the graph; the result and the seconds it took."""
+    """Run the graph, handing out the GPUs `gpu_ids`; the result and the seconds it took."""
     disk_cache = DiskCache.at(
         (options.disk_cache or cache_home()).expanduser().resolve(), options.digest_function
     )
@@ -107,6 +108,7 @@ def execute_graph(
                 FanOut(reporters),
                 keep_going=options.keep_going,
                 reserved=remote_execution.policy.reserved,
+                gpu_ids=gpu_ids,
             )
             result = scheduler.run()
     finally:

@@ -2,7 +2,7 @@
 
     from kiln.rule_api import LabelAttr, Rule, RuleAttrs, RuleContext, DefaultInfo, ...
 
-A rule is a module of the catalogue (rules/<name>.py) defining an attribute
+A rule is a module of the catalogue (rules/<folder>/<name>.py) defining an attribute
 schema (a RuleAttrs pydantic model) and `impl(ctx: RuleContext) -> providers`,
 joined in `RULE = Rule(...)`. Through the context it declares outputs and the
 actions that make them; the actions' specs are typed records
@@ -45,17 +45,19 @@ from kiln.action_specs import (
     WeightsForm,
     WeightsSpec,
 )
+from kiln.actions.tensorrt.settings import FORCED_OFF as TRT_FORCED_OFF
 from kiln.cc_templates import class_name, environment
 from kiln.cpu_isa import DEFAULT_TARGET as DEFAULT_CPU_TARGET
 from kiln.cpu_isa import Isa
 from kiln.cpu_isa import resolve as resolve_cpu_target
 from kiln.host_facts import GPUS, Gpu, HostFacts, Toolchain
 from kiln.label import Label
+from kiln.package_specs import ManifestSpec, TrtPackageSpec, TrtRefitSpec
 from kiln.rule_api.attrs import LabelAttr, LabelListAttr, OutputAttr, OutputListAttr, RuleAttrs
 from kiln.rule_api.context import ActionFactory, AnalysisError, RuleContext
 from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo
 from kiln.rule_api.rule import Rule
-from kiln.tensorrt_settings import FORCED_OFF as TRT_FORCED_OFF
+from kiln.windows_specs import WindowsCompileSpec, WindowsTorch, WindowsValidateSpec
 
 __all__ = [
     "DEFAULT_CPU_TARGET",
@@ -84,6 +86,7 @@ __all__ = [
     "Label",
     "LabelAttr",
     "LabelListAttr",
+    "ManifestSpec",
     "ModelSignature",
     "ModelSource",
     "ModelSpec",
@@ -105,10 +108,15 @@ __all__ = [
     "TrtCompileSpec",
     "TrtEngineSpec",
     "TrtLoaderSpec",
+    "TrtPackageSpec",
     "TrtRefit",
+    "TrtRefitSpec",
     "ValidateSpec",
     "WeightsForm",
     "WeightsSpec",
+    "WindowsCompileSpec",
+    "WindowsTorch",
+    "WindowsValidateSpec",
     "class_name",
     "environment",
     "resolve_cpu_target",

@@ -2,6 +2,9 @@
 
     python -m kiln.sandbox.host --request-fd R --response-fd W --lifeline-fd L --config JSON
         runs commands, one at a time (client.py keeps one host per command running at once)
+    ... --detach 1
+        the same, forked away from its starter first (on a Ray node: a forced cancel
+        kills the Ray worker's children, and a host must live to kill its command)
     ... -- python -m kiln.workers.main --request-fd R --response-fd W ...
         runs a persistent worker, and remakes its view before each of its requests
 
@@ -19,7 +22,8 @@ place costs a few mounts, and a command starts with posix_spawn (vfork).
 
 Commands, on the host's own pipes (frames of kiln.workers.protocol):
 
-    host -> kiln, once:   {"ready": true}  or  {"error": "unshare: Operation not permitted"}
+    host -> kiln, once:   {"ready": true, "pid": 1234}
+                          or  {"error": "unshare: Operation not permitted"}
     kiln -> host:         {"op": "spawn", "id": 7, "argv": [...], "env": {...}, "cwd": "...",
                            "stdout": "...", "stderr": "...", "binds": [[src, dst, rw], ...]}
                           {"op": "kill", "id": 7}
@@ -68,10 +72,12 @@ class _Options:
     response_fd: int
     lifeline_fd: int
     config: str
+    detach: bool  # fork away from the starting process first (client.Sandbox's `detached`)
 
 
 def _parse(args: Sequence[str]) -> _Options:
-    """The host's own options, which client.py writes: `--name value` each, all four.
+    """The host's own options, which client.py writes: `--name value` each, the four fds
+    and the config always, `--detach 1` for a detached host.
     Not argparse: its import is a fifth of the host's start, paid by every build that
     runs an action."""
     values = dict(zip(args[::2], args[1::2], strict=True))
@@ -80,6 +86,7 @@ def _parse(args: Sequence[str]) -> _Options:
         int(values["--response-fd"]),
         int(values["--lifeline-fd"]),
         values["--config"],
+        values.get("--detach") == "1",
     )
 
 
@@ -89,8 +96,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = _parse(args[:split])
     worker = args[split + 1 :]
     config = SandboxConfig.from_json(json.loads(options.config))
+    if options.detach and os.fork():
+        os._exit(0)  # the launcher: the host is now nobody's child, out of its killer's reach
     # What a command leaves running, in a session of its own too, becomes the host's
-    # child once the command ends, and is killed with it (kiln.process_tree).
+    # child once the command ends, and is killed with it (kiln.process_tree). After the
+    # detaching fork: a child does not inherit the subreaper mark.
     process_tree.become_subreaper()
     try:
         linux.enter_user_namespace()
@@ -110,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve_worker(view, options, worker)
     for fd in (options.request_fd, options.response_fd, options.lifeline_fd):
         os.set_inheritable(fd, False)  # never into a command
-    write_frame(options.response_fd, {"ready": True})
+    write_frame(options.response_fd, {"ready": True, "pid": os.getpid()})
     return _Commands(view, options.request_fd, options.response_fd, options.lifeline_fd).serve()
 
 
