@@ -25,9 +25,10 @@ from kiln.exec.outcome import Source
 from kiln.layout import OutputBase
 
 PROBE = """
+# the worker's pid: each action runs in a fork of it
 import os, sys
 with open(sys.argv[1], "w") as f:
-    f.write(f"{os.getpid()} {os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}")
+    f.write(f"{os.getppid()} {os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}")
 """
 
 

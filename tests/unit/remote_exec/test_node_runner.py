@@ -108,8 +108,9 @@ def test_an_action_whose_fingerprint_is_not_this_nodes_is_refused_naming_both(
 # A `python -m` action that says which process ran it, whether torch was imported
 # before it started, and how long the task took from the node's side.
 REPORTER = """
+# the worker: each action runs in a fork of it
 import os, sys
-open("kiln-out/p/out.txt", "w").write(f"{os.getpid()} {'torch' in sys.modules}\\n")
+open("kiln-out/p/out.txt", "w").write(f"{os.getppid()} {'torch' in sys.modules}\\n")
 """
 
 
