@@ -15,14 +15,14 @@ if TYPE_CHECKING:
 
 # rule name -> module under kiln.rules that defines RULE
 CATALOGUE: dict[str, str] = {
-    "filegroup": "filegroup",
-    "genrule": "genrule",
-    "torch_model": "torch_model",
-    "model_weights": "model_weights",
-    "aoti_package": "aoti_package",
-    "trt_engine": "trt_engine",
-    "trt_windows_engine": "trt_windows_engine",
-    "python_requirements": "python_requirements",
+    "filegroup": "native.filegroup",
+    "genrule": "native.genrule",
+    "torch_model": "model.torch_model",
+    "model_weights": "model.model_weights",
+    "aoti_package": "aoti.aoti_package",
+    "trt_engine": "tensorrt.trt_engine",
+    "trt_windows_engine": "tensorrt.trt_windows_engine",
+    "python_requirements": "pip.python_requirements",
     "sh_test": "testing.sh_test",
     "test_suite": "testing.test_suite",
     "model_dataset": "testing.model_dataset",
@@ -31,7 +31,7 @@ CATALOGUE: dict[str, str] = {
 }
 # Kinds of targets kiln makes itself, which BUILD files cannot call: rule name -> module.
 MADE_BY_LOADING: dict[str, str] = {
-    "python_requirement": "python_requirement",  # @pip//<name> (kiln.loading.pip_repository)
+    "python_requirement": "pip.python_requirement",  # @pip//<name> (kiln.loading.pip_repository)
 }
 
 
@@ -57,6 +57,11 @@ def load_rule(name: str) -> Rule:
     module = importlib.import_module(f"kiln.rules.{CATALOGUE.get(name) or MADE_BY_LOADING[name]}")
     rule: Rule = module.RULE
     return rule
+
+
+def source_of(name: str) -> str:
+    """The file that defines rule `name`, relative to the repository: rules/<folder>/<name>.py."""
+    return f"rules/{(CATALOGUE.get(name) or MADE_BY_LOADING[name]).replace('.', '/')}.py"
 
 
 def all_rules() -> dict[str, Rule]:

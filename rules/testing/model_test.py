@@ -32,12 +32,12 @@ from kiln.rule_api import (
     RuleContext,
     class_name,
     declare_test,
+    weights_file_of,
 )
-from kiln.rules.aoti_loader import weights_file_of
+from kiln.rules.model.torch_model import TorchModelInfo
 from kiln.rules.testing.model_dataset import DatasetInfo
 from kiln.rules.testing.model_gates import GateError, check_metric, parse_bound, top_k
 from kiln.rules.testing.test_attrs import TestAttrs
-from kiln.rules.torch_model import TorchModelInfo
 from pydantic import Field
 
 PACKAGES = ("torch", "numpy", "safetensors")

@@ -243,6 +243,26 @@ def test_relative_pattern_naming_nothing_is_an_error(ws: Workspace) -> None:
     )
 
 
+def test_after_double_dash_words_are_target_patterns_as_in_bazel(ws: Workspace) -> None:
+    """`--` ends the options: what follows is patterns, and `-//x` subtracts."""
+    built = ws.kiln("build", "--", "//app/...", "-//app/sub", "-//app:app")
+    assert built.code == 0, built.err
+    assert "Target //app:extra up-to-date" in built.err
+    assert "//app/sub:sub" not in built.err and "//app:app" not in built.err
+
+
+def test_a_flag_after_double_dash_is_refused_not_swallowed(ws: Workspace) -> None:
+    # With a root package, '--explain' was the subtraction of '//:-explain': nothing.
+    ws.write("BUILD", 'filegroup(name = "root")\n')
+    built = ws.kiln("build", "//lib", "--", "--explain")
+    assert built.code == 1
+    assert built.err == (
+        "ERROR: invalid target pattern '--explain': a pattern starts with one '-' at most "
+        "(a subtraction, as in -//pkg:x); every word after '--' is a target pattern: put "
+        "flags before '--'\n"
+    )
+
+
 # -- rc files through `kiln query` ----------------------------------------------
 
 

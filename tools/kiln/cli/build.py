@@ -126,12 +126,13 @@ def execute_targets(
     from kiln.cli.execution import execute_graph  # the executor and the caches
 
     _check_output_root(session)
+    usable_gpus = host.usable_gpus()  # one nvidia-smi call: the count and the ids
     limits = options.slice(
         Limits,
         renamed={"memory_mb": "local_ram_mb"},
         when_unset={  # the flags' default, None, is "what this host has"
             "jobs": host.cpu_count,
-            "gpus": host.gpu_count,
+            "gpus": lambda: len(usable_gpus),
             "memory_mb": lambda: host.memory_mb() * 2 // 3,
         },
     )
@@ -182,8 +183,9 @@ def execute_targets(
         return str(loader.location_of(target))
 
     action_graph = ActionGraph.of(actions)
+    gpu_ids = host.gpu_pool_ids(usable_gpus, limits.gpus)
     result, seconds = execute_graph(
-        session, options, action_graph, limits, locate, reports, remote, is_test
+        session, options, action_graph, limits, gpu_ids, locate, reports, remote, is_test
     )
     unbuilt = unbuilt_owners(action_graph, [o.action for o in result.failed])
     unbuilt |= {e.label for e in errors if e.label}  # refused before running (a GPU)

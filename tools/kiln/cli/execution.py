@@ -33,13 +33,15 @@ def execute_graph(
     options: BuildOptions,
     graph: ActionGraph,
     limits: Limits,
+    gpu_ids: tuple[str, ...],
     locate: Callable[[str], str],
     reports: Reports,
     remote_execution: RemoteExecution,
     is_test: Callable[[Action], bool] = lambda action: False,
 ) -> tuple[ScheduleResult, float]:
-    """Run the graph; the result and the seconds it took. `is_test`: actions whose failure
-    is a test's, which the command reports itself and which stops nothing."""
+    """Run the graph, handing out the GPUs `gpu_ids`; the result and the seconds it took.
+    `is_test`: actions whose failure is a test's, which the command reports itself and
+    which stops nothing."""
     disk_cache = DiskCache.at(
         (options.disk_cache or cache_home()).expanduser().resolve(), options.digest_function
     )
@@ -110,6 +112,7 @@ def execute_graph(
                 keep_going=options.keep_going,
                 reserved=remote_execution.policy.reserved,
                 failure_stops=lambda action: not is_test(action),
+                gpu_ids=gpu_ids,
             )
             result = scheduler.run()
     finally:

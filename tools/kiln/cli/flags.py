@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 import click
 
@@ -121,8 +121,10 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         "gpus",
-        "GPU slots [default: detected from CUDA_VISIBLE_DEVICES or nvidia-smi]",
+        "GPUs actions may use, each action its own [default: detected from "
+        "CUDA_VISIBLE_DEVICES or nvidia-smi]",
         "execution",
+        commands=("build", "info"),
         type=click.IntRange(min=0),
     ),
     Flag(
@@ -482,15 +484,16 @@ def _by_dest(dest: str | None) -> Flag | None:
 Record = TypeVar("Record")
 
 
-def slice_options(
-    record: type[Record],
-    options: object,
-    *,
-    renamed: Mapping[str, str] | None = None,
-    given: Mapping[str, object] | None = None,
-    when_unset: Mapping[str, Callable[[], object]] | None = None,
-    record_defaults: Iterable[str] = (),
-) -> Record:
+class SliceRules(TypedDict, total=False):
+    """How slice_options fills the fields no same-named flag fills (see there)."""
+
+    renamed: Mapping[str, str]
+    given: Mapping[str, object]
+    when_unset: Mapping[str, Callable[[], object]]
+    record_defaults: Iterable[str]
+
+
+def slice_options(record: type[Record], options: object, **rules: Unpack[SliceRules]) -> Record:
     """The frozen dataclass `record`, each field filled from the same-named flag of
     `options` (a BuildOptions).
 
@@ -501,10 +504,10 @@ def slice_options(
     fields left to the record's own default on purpose. Any other field no flag provides
     is refused: a field the table cannot fill is a mistake, not a silent default.
     """
-    renamed = renamed or {}
-    given = given or {}
-    when_unset = when_unset or {}
-    record_defaults = tuple(record_defaults)
+    renamed = rules.get("renamed", {})
+    given = rules.get("given", {})
+    when_unset = rules.get("when_unset", {})
+    record_defaults = tuple(rules.get("record_defaults", ()))
     fields = {field.name for field in dataclasses.fields(record)}  # type: ignore[arg-type]
     stray = sorted({*renamed, *given, *when_unset, *record_defaults} - fields)
     if stray:

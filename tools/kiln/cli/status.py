@@ -97,7 +97,8 @@ class StatusPrinter(Reporter):
             )
             return
         if self.explain and outcome.status == "executed" and outcome.explanation:
-            self.print(f"EXPLAIN: {action.mnemonic} {action.owner}: {outcome.explanation}")
+            on = f"; ran on GPU {','.join(outcome.gpus)}" if outcome.gpus else ""
+            self.print(f"EXPLAIN: {action.mnemonic} {action.owner}: {outcome.explanation}{on}")
         if self.explain and outcome.remote == "hit":
             self.print(f"EXPLAIN: {action.mnemonic} {action.owner}: remote cache hit")
         if outcome.status == "executed" and self._live is None:

@@ -2,7 +2,7 @@
 
     from kiln.rule_api import LabelAttr, Rule, RuleAttrs, RuleContext, DefaultInfo, ...
 
-A rule is a module of the catalogue (rules/<name>.py) defining an attribute
+A rule is a module of the catalogue (rules/<folder>/<name>.py) defining an attribute
 schema (a RuleAttrs pydantic model) and `impl(ctx: RuleContext) -> providers`,
 joined in `RULE = Rule(...)`. Through the context it declares outputs and the
 actions that make them; the actions' specs are typed records
@@ -45,6 +45,7 @@ from kiln.action_specs import (
     WeightsForm,
     WeightsSpec,
 )
+from kiln.actions.tensorrt.settings import FORCED_OFF as TRT_FORCED_OFF
 from kiln.cc_templates import class_name, environment
 from kiln.cpu_isa import DEFAULT_TARGET as DEFAULT_CPU_TARGET
 from kiln.cpu_isa import Isa
@@ -62,13 +63,14 @@ from kiln.model_test_specs import (
     EagerOutputsSpec,
     ModelTestSpec,
 )
+from kiln.package_specs import ManifestSpec, TrtPackageSpec, TrtRefitSpec
 from kiln.rule_api.attrs import LabelAttr, LabelListAttr, OutputAttr, OutputListAttr, RuleAttrs
 from kiln.rule_api.context import ActionFactory, AnalysisError, RuleContext
-from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo
+from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo, weights_file_of
 from kiln.rule_api.rule import Rule
 from kiln.rule_api.testing import TestInfo, TestSize, TestTimeout, declare_test
-from kiln.tensorrt_settings import FORCED_OFF as TRT_FORCED_OFF
 from kiln.test_results import BASELINE_ENV
+from kiln.windows_specs import WindowsCompileSpec, WindowsTorch, WindowsValidateSpec
 
 __all__ = [
     "BASELINE_ENV",
@@ -106,6 +108,7 @@ __all__ = [
     "Label",
     "LabelAttr",
     "LabelListAttr",
+    "ManifestSpec",
     "ModelSignature",
     "ModelSource",
     "ModelSpec",
@@ -131,12 +134,18 @@ __all__ = [
     "TrtCompileSpec",
     "TrtEngineSpec",
     "TrtLoaderSpec",
+    "TrtPackageSpec",
     "TrtRefit",
+    "TrtRefitSpec",
     "ValidateSpec",
     "WeightsForm",
     "WeightsSpec",
+    "WindowsCompileSpec",
+    "WindowsTorch",
+    "WindowsValidateSpec",
     "class_name",
     "declare_test",
     "environment",
     "resolve_cpu_target",
+    "weights_file_of",
 ]
