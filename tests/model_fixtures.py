@@ -16,7 +16,7 @@ from kiln.rule_api import (
     RuleContext,
     TensorSpec,
 )
-from kiln.rules.torch_model import TorchModelInfo
+from kiln.rules.model.torch_model import TorchModelInfo
 
 
 def model_info(

@@ -13,7 +13,7 @@ import http.client
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,6 +124,14 @@ class NginxCache:
             head, request, tail = line.split('"', 2)
             out.append((head.split()[0], request, int(tail.split()[0])))
         return out
+
+    def wait_for_log(self, condition: Callable[[NginxCache], bool], seconds: float = 60.0) -> None:
+        """Until `condition(self)` holds (or `seconds` pass; the caller's assertion then
+        says what the log holds): nginx writes a request's line after it has answered it,
+        so a client can be done before the log is, by however long a loaded machine takes."""
+        deadline = time.monotonic() + seconds
+        while not condition(self) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def requests(self, method: str = "") -> list[str]:
         """'GET /cas/<hash> 200' for each request so far (of one method, if given)."""

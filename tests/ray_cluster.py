@@ -3,6 +3,7 @@
     cluster = RayCluster.start(tmp, [NodeSpec("cpu"), NodeSpec("gpu", gpus=1, ...)])
     cluster.address            ray://127.0.0.1:PORT (Ray Client, as --remote_executor takes it)
     cluster.kill_node("gpu")   the node's processes killed at once (a machine that died)
+    cluster.kill_head()        the head's processes killed at once: the cluster is lost
     cluster.stop()
 
 The cluster lives in a child process (`python -m tests.ray_cluster SPEC`) that
@@ -27,6 +28,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -151,6 +153,11 @@ class RayCluster:
         """Kill every process of one node at once, as if its machine died."""
         self._command(f"kill {name}")
 
+    def kill_head(self) -> None:
+        """Kill the head's processes (GCS, Ray Client server, its raylet) at once, by the
+        PIDs they were started with: the cluster is lost to every driver."""
+        self._command("kill-head")
+
     def worker_pids(self, name: str) -> list[int]:
         """The PIDs of the Ray worker processes of a node (children of its raylet)."""
         answer = self._command(f"workers {name}")
@@ -208,6 +215,7 @@ def _host(spec_file: Path) -> None:
     )
     nodes = {}
     ids = {}
+    orphans: set[int] = set()  # processes that outlive the head killed: killed at the end
     try:
         for item in spec["nodes"]:
             node_spec = NodeSpec(**item)
@@ -223,12 +231,22 @@ def _host(spec_file: Path) -> None:
             if command == "kill":
                 cluster.remove_node(nodes.pop(name), allow_graceful=False)
                 print(json.dumps({"ok": True}), flush=True)
+            elif command == "kill-head":
+                # Every raylet's agents outlive their raylet killed at once (the head's now,
+                # the nodes' once they find the head gone), for minutes: killed by PID too.
+                for node in [cluster.head_node, *nodes.values()]:
+                    orphans.update(_children(node.all_processes["raylet"][0].process.pid))
+                cluster.remove_node(cluster.head_node, allow_graceful=False)
+                print(json.dumps({"ok": True}), flush=True)
             elif command == "workers":
                 raylet = nodes[name].all_processes["raylet"][0].process.pid
                 pids = [p for p in _children(raylet) if _is_worker(_cmdline(p))]
                 print(json.dumps({"pids": pids}), flush=True)
     finally:
         cluster.shutdown()
+        for pid in orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         shutil.rmtree(tmp / "ray", ignore_errors=True)
 
 

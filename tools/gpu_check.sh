@@ -35,6 +35,13 @@
 #               Torch-TensorRT cannot refit, built with the weights, and why; summary.txt
 #               gets a line "REFIT USED: ..." or "REFIT NOT AVAILABLE: ..." before the
 #               step's verdict. Needs the same as build, plus safetensors
+#   assign      GPU assignment (issue 26, tools/gpu_assign_check.py): in a workspace of its
+#               own under $OUT/assign-ws, trt_engine, aoti_package(device = "cuda"), a CPU
+#               aoti_package and two genrules; each GPU action must get the GPU's UUID
+#               (build events, --explain), each CPU action none (CUDA_VISIBLE_DEVICES
+#               empty); a rebuild after `kiln clean` with CUDA_VISIBLE_DEVICES=<UUID> set
+#               is all hits. Lines of $OUT/assign-summary.txt; `tools/gpu_check.sh assign`
+#               runs it alone (with env and site)
 #
 # Python that loads .pt2 packages segfaults on that image unless the system libstdc++ is
 # preloaded (shared/notes/torch-facts.md): LD_PRELOAD is set to it when the file exists
@@ -256,6 +263,7 @@ step cxx cxx
 step pytest run_pytest
 step windows windows_preflight
 step refit refit_split
+step assign timeout 560 "$py" tools/gpu_assign_check.py "$out"
 echo "---"
 cat "$out/summary.txt"
 exit $failed

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -199,14 +199,24 @@ def what_differs(local: Path, remote: Path, lines: int = 80) -> str:
             mine, other = a.read(name), b.read(name)
             if mine != other:
                 parts.append(f"--- member {name}\n" + _diff(name, mine, other, lines))
-        # Members named by a hash of their content: pair them by suffix to show how.
-        for suffix in TEXT:
-            mine = [n for n in ours.keys() - theirs.keys() if n.endswith(suffix)]
-            other = [n for n in theirs.keys() - ours.keys() if n.endswith(suffix)]
-            if len(mine) == len(other) == 1:
-                parts.append(f"--- {mine[0]} vs {other[0]}\n")
-                parts.append(_diff(suffix, a.read(mine[0]), b.read(other[0]), lines))
+        # Members named by a hash of their content (<hash>.wrapper.cpp, <hash>.kernel.cpp):
+        # pair them by what follows the hash to show how they differ.
+        mine_by_role = _by_role(ours.keys() - theirs.keys())
+        other_by_role = _by_role(theirs.keys() - ours.keys())
+        for role in sorted(mine_by_role.keys() & other_by_role.keys()):
+            mine, other = mine_by_role[role], other_by_role[role]
+            parts.append(f"--- {mine} vs {other}\n")
+            parts.append(_diff(role, a.read(mine), b.read(other), lines))
     return "".join(parts)
+
+
+def _by_role(names: Iterable[str]) -> dict[str, str]:
+    """Members by their name without the leading hash ("wrapper.cpp"), where one has it."""
+    found: dict[str, list[str]] = {}
+    for name in names:
+        role = name.rsplit("/", 1)[-1].partition(".")[2]
+        found.setdefault(role, []).append(name)
+    return {role: names[0] for role, names in found.items() if len(names) == 1}
 
 
 def _diff(name: str, mine: bytes, other: bytes, lines: int) -> str:

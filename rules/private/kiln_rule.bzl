@@ -1,6 +1,6 @@
 """The one Bazel rule behind every kiln rule: it reads catalogue.bzl, and repeats no rule logic.
 
-kiln's rules are Python (rules/*.py): attributes, defaults, validation, specs and
+kiln's rules are Python (rules/*/*.py): attributes, defaults, validation, specs and
 output names live there only. What Bazel must know before anything runs, the shape
 of each target, was found by running those rules (kiln.bazel.explore) and written
 into catalogue.bzl. For a target, this file

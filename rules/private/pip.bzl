@@ -7,7 +7,7 @@ kiln.bazel.pip_repository writes one package per locked distribution:
 
 `python_requirement` hands kiln's planner the target kiln's loading makes for
 `@pip//timm` (kind python_requirement, the same attributes: the lock's line and
-locked closure), which kiln's own rule (rules/python_requirement.py) then checks
+locked closure), which kiln's own rule (rules/pip/python_requirement.py) then checks
 in the plan of every target that depends on it. Bazel gets the closure's
 installed files: kiln_rule.bzl gives them to each Python action of the targets
 that declare the package (and of the kiln targets right above those, as kiln's

@@ -67,6 +67,33 @@ def test_package_is_validated_against_eager(mlp: ModelWorkspace) -> None:
     assert (mlp.root / "kiln-out/models/mlp_pt2.pt2").stat().st_size > 100_000
 
 
+def test_the_manifest_says_how_the_weights_got_in_and_holds_the_provenance(
+    mlp: ModelWorkspace,
+) -> None:
+    """<name>.manifest.json: weights joined, no engines, the package's kiln.* metadata;
+    an output, so a build that is all cache hits leaves it there too."""
+    import torch
+
+    out = mlp.root / "kiln-out/models"
+    (out / "mlp_pt2.manifest.json").unlink()
+    run = mlp.build("//models:mlp_pt2")
+    assert run.code == 0, run.err
+    assert run.actions("AotiManifest") == ["cached"]
+    manifest = json.loads((out / "mlp_pt2.manifest.json").read_text())
+    assert (manifest["kind"], manifest["backend"], manifest["package"]) == (
+        "PackageManifest",
+        "inductor",
+        "mlp_pt2.pt2",
+    )
+    assert manifest["weights"]["how"] == "joined"
+    assert (manifest["engines"], manifest["tensorrt"], manifest["build_gpu"]) == ([], None, None)
+    loader = torch._C._aoti.AOTIModelPackageLoader
+    metadata = loader.load_metadata_from_package(str(out / "mlp_pt2.pt2"), "model")
+    kiln = {k: v for k, v in metadata.items() if k.startswith("kiln.")}
+    assert manifest["metadata"] == kiln
+    assert manifest["weights"]["sha256"] == kiln["kiln.weights_sha256"]
+
+
 def test_package_loads_and_runs_in_a_fresh_python(mlp: ModelWorkspace) -> None:
     script = textwrap.dedent(
         """
@@ -135,7 +162,7 @@ def test_new_weights_rerun_export_join_and_validation_never_the_compile(
     try:
         run = mlp.build("//models:mlp_pt2", "--explain")
         assert run.code == 0, run.err
-        for mnemonic in ("TorchExport", "AotiJoin", "AotiValidate"):
+        for mnemonic in ("TorchExport", "AotiJoin", "AotiValidate", "AotiManifest"):
             assert run.actions(mnemonic) == ["executed"], mnemonic
         assert run.actions("AotiCompile") == ["cached"]
         (export,) = [line for line in run.err.splitlines() if "EXPLAIN: TorchExport" in line]

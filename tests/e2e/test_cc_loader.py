@@ -27,10 +27,15 @@ import pytest
 from kiln.action_graph import File
 from kiln.action_specs import ExportSpec
 from kiln.rule_api import DynamicDim, TensorSpec
-from kiln.rules.aoti_loader import LoaderSource, class_name, declare_loader_library, render_loader
-from kiln.rules.aoti_package import RULE as AOTI_PACKAGE
-from kiln.rules.aoti_package import AotiPackageAttrs
-from kiln.rules.torch_model import TorchModelInfo
+from kiln.rules.aoti.aoti_loader import (
+    LoaderSource,
+    class_name,
+    declare_loader_library,
+    render_loader,
+)
+from kiln.rules.aoti.aoti_package import RULE as AOTI_PACKAGE
+from kiln.rules.aoti.aoti_package import AotiPackageAttrs
+from kiln.rules.model.torch_model import TorchModelInfo
 
 from tests.e2e.conftest import SESSION_ENV
 from tests.e2e.cpu_claims import claim_beyond_this_cpu
@@ -224,7 +229,7 @@ def test_declare_loader_library_writes_the_folder() -> None:
 
 def test_rule_catalogue_does_not_import_jinja2() -> None:
     probe = (
-        "import sys, kiln.rules.aoti_package, kiln.rules.aoti_loader; "
+        "import sys, kiln.rules.aoti.aoti_package, kiln.rules.aoti.aoti_loader; "
         "print('jinja2' in sys.modules)"
     )
     run = subprocess.run(

@@ -119,7 +119,7 @@ def test_where_namespaces_are_refused_actions_run_unsandboxed_after_one_warning(
 ) -> None:
     from kiln.sandbox import client
 
-    def refuse(python: str, config: object) -> client.Sandbox:
+    def refuse(python: str, config: object, *, detached: bool = False) -> client.Sandbox:
         raise client.SandboxUnavailable("unshare: Operation not permitted")
 
     monkeypatch.setattr(client.Sandbox, "start", staticmethod(refuse))

@@ -30,8 +30,8 @@ from kiln.action_graph import Action
 from kiln.exec.spawn import resolve_argv
 from kiln.host_facts import HostFacts, ToolchainResolver
 from kiln.rule_api import AnalyzedTarget, DefaultInfo, File, RuleContext
-from kiln.rules.aoti_package import RULE as AOTI_PACKAGE
-from kiln.rules.torch_model import RULE as TORCH_MODEL
+from kiln.rules.aoti.aoti_package import RULE as AOTI_PACKAGE
+from kiln.rules.model.torch_model import RULE as TORCH_MODEL
 
 pytestmark = pytest.mark.torch
 
@@ -47,6 +47,7 @@ ARTIFACTS = (
     "mlp_pt2.layout.json",
     "mlp_pt2.pt2",
     "mlp_pt2.validation.json",
+    "mlp_pt2.manifest.json",
     "mlp_pt2_loader/mlp_pt2.h",
     "mlp_pt2_loader/mlp_pt2.cpp",
     "mlp_pt2_loader/mlp_pt2Config.cmake",
@@ -152,6 +153,8 @@ def test_specs_differ_only_in_the_output_root(built: dict[str, Path]) -> None:
         "mlp_pt2.export.json",
         "mlp_pt2.join.json",
         "mlp_pt2.layout.json",
+        "mlp_pt2.manifest.json",
+        "mlp_pt2.manifest_spec.json",
         "mlp_pt2.validate.json",
         "mlp_pt2.validation.json",
     ]

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 from kiln import cpu_isa
-from kiln.rules.aoti_loader import LoaderSource, render_python_loader
+from kiln.rules.aoti.aoti_loader import LoaderSource, render_python_loader
 
 from tests.e2e.cpu_claims import claim_beyond_this_cpu
 from tests.e2e.test_aoti_package import REPO, make_workspace

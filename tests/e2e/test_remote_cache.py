@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,8 +114,13 @@ def test_uploads_skip_blobs_the_server_has(
     first, second = clones
     build(first, server.url)
     build(second, server.url, "--noremote_accept_cached")  # runs all, uploads what is new
-    time.sleep(0.2)  # nginx logs a request just after answering it
     blobs = list((server.root / "cas").iterdir())
+    server.wait_for_log(
+        lambda s: (
+            len(s.requests("HEAD /cas/")) >= 2 * len(blobs)
+            and len(s.requests("PUT /cas/")) >= len(blobs)
+        )
+    )
     assert len(server.requests("PUT /cas/")) == len(blobs)  # each blob sent once
     assert len(server.requests("HEAD /cas/")) == 2 * len(blobs)  # asked by each build
 

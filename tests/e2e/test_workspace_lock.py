@@ -12,7 +12,7 @@ FAST = 'genrule(name = "fast", outs = ["fast.out"], cmd = "echo fast > $@")\n'
 
 def _wait_for_lock_holder(ws: Workspace) -> None:
     # The first build holds the lock once its execroot appears.
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120  # a loaded machine takes seconds to start a build
     while time.monotonic() < deadline:
         if list(ws.disk_cache.rglob("execroot/*")):
             return

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kiln import action_specs
+from kiln import action_specs, package_specs
 from kiln.action_graph import Action
 from kiln.action_specs import (
     DynamicDim,
@@ -34,7 +34,8 @@ from tests.kiln_workspace import MakeWorkspace
 
 SPECS: dict[str, type[Spec]] = {
     cls.kind: cls
-    for cls in vars(action_specs).values()
+    for module in (action_specs, package_specs)
+    for cls in vars(module).values()
     if isinstance(cls, type) and issubclass(cls, Spec) and cls is not Spec
 }
 
@@ -117,6 +118,7 @@ def test_every_spec_of_every_rule_reads_back_as_its_record(
         "CompileSpec": 2,
         "TrtCompileSpec": 1,
         "JoinSpec": 2,
+        "ManifestSpec": 2,
         "ValidateSpec": 1,
         "WeightsSpec": 1,
         "TrtEngineSpec": 2,
@@ -133,10 +135,13 @@ def test_a_python_action_reads_the_spec_it_is_given(
         "kiln.actions.aoti_compile": "CompileSpec",
         "kiln.actions.aoti_join": "JoinSpec",
         "kiln.actions.validate": "ValidateSpec",
+        "kiln.actions.aoti_manifest": "ManifestSpec",
+        "kiln.actions.tensorrt.aoti_package": "TrtPackageSpec",
+        "kiln.actions.tensorrt.aoti_refit": "TrtRefitSpec",
         "kiln.actions.init_weights": "WeightsSpec",
-        "kiln.actions.trt_engine": "TrtEngineSpec",
-        "kiln.actions.trt_compile": "TrtCompileSpec",
-        "kiln.actions.render_trt_loader": "TrtLoaderSpec",
+        "kiln.actions.tensorrt.engine": "TrtEngineSpec",
+        "kiln.actions.tensorrt.compile_structure": "TrtCompileSpec",
+        "kiln.actions.tensorrt.render_loader": "TrtLoaderSpec",
     }
     actions = _analyze(make_workspace, tmp_path, monkeypatch)
     written = {a.outputs[0].path: a.content for a in actions if a.content is not None}
@@ -182,6 +187,7 @@ EXPORT = ExportSpec.from_json(
             "output": "kiln-out/m/m.structure.pt2",
             "goldens": "kiln-out/m/m.golden.safetensors",
             "weights": "kiln-out/m/m.weights.safetensors",
+            "needs": "kiln-out/m/m.needs.json",
         }
     )
 )
@@ -242,7 +248,7 @@ def test_an_action_given_a_bad_spec_fails_in_one_line(tmp_path: Path) -> None:
     del data["cc_loader"]
     spec.write_text(json.dumps(data))
     run = subprocess.run(
-        [sys.executable, "-m", "kiln.actions.render_trt_loader", str(spec)],
+        [sys.executable, "-m", "kiln.actions.tensorrt.render_loader", str(spec)],
         capture_output=True,
         text=True,
         check=False,

@@ -18,8 +18,8 @@ from kiln.cache.digest import digest_bytes
 from kiln.exec.action_key import compute_key
 from kiln.host_facts import HostFacts, ToolchainResolver
 from kiln.rule_api import AnalysisError, AnalyzedTarget, DefaultInfo, RuleContext
-from kiln.rules.aoti_package import RULE, AotiPackageAttrs, implementation
-from kiln.rules.torch_model import TorchModelInfo
+from kiln.rules.aoti.aoti_package import RULE, AotiPackageAttrs, implementation
+from kiln.rules.model.torch_model import TorchModelInfo
 
 from tests.model_fixtures import MLP, rule_context
 
@@ -68,6 +68,7 @@ def test_the_compile_reads_the_structure_alone() -> None:
         "AotiCompile",
         "AotiJoin",
         "AotiValidate",
+        "AotiManifest",
     ]
     export = _action(actions, "TorchExport")
     assert _paths(export.inputs) == {"mlp_pt2.export.json", "models/mlp.py", "models/w.safetensors"}
@@ -75,9 +76,14 @@ def test_the_compile_reads_the_structure_alone() -> None:
         "mlp_pt2.structure.pt2",
         "mlp_pt2.weights.safetensors",
         "mlp_pt2.golden.safetensors",
+        "mlp_pt2.needs.json",  # what loading the program imports: later keys hold it
     }
     compile_ = _action(actions, "AotiCompile")
-    assert _paths(compile_.inputs) == {"mlp_pt2.compile.json", "mlp_pt2.structure.pt2"}
+    assert _paths(compile_.inputs) == {
+        "mlp_pt2.compile.json",
+        "mlp_pt2.structure.pt2",
+        "mlp_pt2.needs.json",
+    }
     assert _paths(compile_.outputs) == {"mlp_pt2.program.pt2", "mlp_pt2.layout.json"}
     join = _action(actions, "AotiJoin")
     assert _paths(join.inputs) == {
@@ -85,6 +91,7 @@ def test_the_compile_reads_the_structure_alone() -> None:
         "mlp_pt2.program.pt2",
         "mlp_pt2.layout.json",
         "mlp_pt2.weights.safetensors",
+        "mlp_pt2.needs.json",
     }
     assert _paths(join.outputs) == {"mlp_pt2.pt2"}
     # Validation runs the joined package, the final artifact, against eager's goldens
@@ -93,6 +100,7 @@ def test_the_compile_reads_the_structure_alone() -> None:
         "mlp_pt2.validate.json",
         "mlp_pt2.pt2",
         "mlp_pt2.golden.safetensors",
+        "mlp_pt2.needs.json",
     }
 
 
@@ -174,6 +182,12 @@ def test_settings_that_put_weight_values_into_code_are_refused(
         _analyze(inductor_configs=configs)
     assert message in str(error.value)
     assert error.value.label == "//models:mlp_pt2"
+
+
+def test_ops_left_to_pytorch_need_the_tensorrt_backend() -> None:
+    with pytest.raises(AnalysisError) as error:
+        _analyze(torch_executed_ops=["torch.ops.aten.relu.default"])
+    assert str(error.value).startswith("torch_executed_ops needs backend = 'tensorrt'")
 
 
 def test_freezing_off_and_user_metadata_are_fine() -> None:

@@ -211,6 +211,13 @@ def test_pattern_forms(text: str, working: str, kind: PatternKind, package: str,
     ("text", "message"),
     [
         ("-", "invalid target pattern '-': empty pattern"),
+        (
+            # A flag after `--` (which makes every later word a pattern, as in Bazel)
+            "--explain",
+            "invalid target pattern '--explain': a pattern starts with one '-' at most (a "
+            "subtraction, as in -//pkg:x); every word after '--' is a target pattern: put "
+            "flags before '--'",
+        ),
         ("/abs", "invalid target pattern '/abs': absolute patterns start with '//'"),
         (
             "//pkg/...:name",

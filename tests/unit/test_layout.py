@@ -58,6 +58,7 @@ def test_disk_cache_keeps_another_digest_function_apart(tmp_path: Path) -> None:
         tmp_path / "ac",
         tmp_path / "gc.lock",
         tmp_path / "tmp",
+        tmp_path / "python-envs",
         tmp_path / "blake3",
     )
     assert sha.torch_tmp == tmp_path / "tmp" / "torch"

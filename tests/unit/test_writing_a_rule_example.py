@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kiln import rule_api
 from kiln.action_graph import PythonPackage
-from kiln.rules.torch_model import TorchModelInfo
+from kiln.rules.model.torch_model import TorchModelInfo
 
 from tests.model_fixtures import MLP, rule_context
 

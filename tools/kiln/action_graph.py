@@ -105,9 +105,14 @@ class Action:
     # A Python action of the toolchain (argv is [python, ...]): the third-party packages
     # its interpreter holds besides the toolchain's own (torch, kiln's runtime). The
     # executor runs it in the environment made of exactly those (kiln.pyenv); their
-    # names, versions and hashes are in `platform` too, which is what keys them.
+    # names, versions and hashes are in `platform` too, which is what keys them (an
+    # action that only loads an exported program is keyed on the export's record of
+    # what loading it imports instead: ActionFactory.run_python's `needs`).
     # None: not run by the toolchain's Python (a genrule, a file write).
     python_env: tuple[PythonPackage, ...] | None = None
+    # Run even where a result is cached (`kiln test --nocache_test_results`); the result
+    # is stored all the same. Not in the key: asking for a fresh run changes no result.
+    uncached: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", tuple(sorted(set(self.inputs))))

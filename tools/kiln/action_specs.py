@@ -344,6 +344,20 @@ class ExportSpec(Spec):
     output: str
     goldens: str | None  # <name>.golden.safetensors; None: the package is not validated
     weights: str | None  # <name>.weights.safetensors; None: the program keeps its weights
+    needs: str  # <name>.needs.json: what loading the program imports (a ProgramNeeds)
+
+
+class ProgramNeeds(Spec):
+    """TorchExport's <name>.needs.json: what loading its program imports besides torch
+    (kiln.actions.program_needs). The actions that load the program hold it in their
+    key in place of the model environment's locked packages: a library bump that
+    leaves the program and this record alone re-runs none of them."""
+
+    modules: tuple[str, ...]  # modules defining the pytree node types of inputs and outputs
+    custom_ops: tuple[str, ...]  # operator namespaces that are not torch's
+    # `name==version --hash=...` of the locked packages providing those, with their
+    # locked dependencies (every locked package where there is a custom op)
+    packages: tuple[str, ...]
 
 
 class TensorRTSettings(Record):

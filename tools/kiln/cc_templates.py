@@ -1,4 +1,4 @@
-"""Rendering the C++ (and CMake, Bazel, Python) files kiln generates from rules/templates.
+"""Rendering the C++ (and CMake, Bazel, Python) files kiln generates from rules/*/templates.
 
 Shared by the aoti_package loader (rendered at analysis) and the TensorRT
 loader (rendered in an action, once the engine's bindings are known), so
@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import jinja2
 
-TEMPLATES = Path(__file__).resolve().parent / "rules" / "templates"
+# Each feature folder of the catalogue keeps its templates in its templates/ folder
+# (rules/aoti/templates, rules/tensorrt/templates); their names do not collide.
+RULES = Path(__file__).resolve().parent / "rules"
 # What this module reads besides code: the digests of everything that renders
 # templates (the analysis cache, the TrtLoader action's key) include them.
-__data_files__ = ("rules/templates/*.j2",)
+__data_files__ = ("rules/*/templates/*.j2",)
 
 
 def class_name(target: str) -> str:
@@ -49,7 +51,7 @@ def py_string(text: object) -> str:
 
 @cache
 def environment() -> jinja2.Environment:
-    """The jinja2 environment for rules/templates; jinja2 is imported only here, on use.
+    """The jinja2 environment for rules/*/templates; jinja2 is imported only here, on use.
 
     One per process: it keeps the compiled templates (30 ms each to compile, against
     a millisecond to render), and reloads one whose file changed.
@@ -57,7 +59,7 @@ def environment() -> jinja2.Environment:
     import jinja2
 
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        loader=jinja2.FileSystemLoader([str(p) for p in sorted(RULES.glob("*/templates"))]),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,

@@ -3,11 +3,11 @@
 The code of a module is its source file, the kiln modules it imports (every
 `import kiln...` and `from kiln... import ...`, in functions too, found by
 parsing), their packages' `__init__.py`, transitively, and the data files a
-module declares it reads (`__data_files__ = ("rules/templates/*.j2",)`, globs
+module declares it reads (`__data_files__ = ("rules/*/templates/*.j2",)`, globs
 relative to the kiln package). Nothing is hand-listed, so nothing is
 forgotten: a new helper module is found through the import that uses it. A
-root ending in `.*` stands for every module of that package (the rule
-catalogue imports its modules by name).
+root ending in `.*` stands for every module of that package and its subpackages
+(the rule catalogue imports its modules by name).
 
     CodeStamp.of(roots)        the files and their stat data; `is_current()` costs
                                a stat per file. For caches of kiln's own work (the
@@ -43,8 +43,13 @@ def _module_file(module: str) -> Path | None:
 
 
 def _package_modules(package: str) -> list[str]:
+    """Every module under `package`, its subpackages' too (the catalogue's feature folders)."""
     folder = KILN_ROOT.joinpath(*package.split(".")[1:])
-    return [f"{package}.{p.stem}" for p in sorted(folder.glob("*.py")) if p.stem != "__init__"]
+    return [
+        ".".join([package, *p.relative_to(folder).with_suffix("").parts])
+        for p in sorted(folder.rglob("*.py"))
+        if p.stem != "__init__"
+    ]
 
 
 @cache

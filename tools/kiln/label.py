@@ -238,6 +238,13 @@ class TargetPattern:
             text = text[1:]
         if not text:
             raise _Invalid("empty pattern")
+        if text.startswith("-"):
+            # Only `--` itself lets such a word through click, which would have read it as a
+            # flag: after `--` every word is a pattern (Bazel's rule), and one `-` subtracts.
+            raise _Invalid(
+                "a pattern starts with one '-' at most (a subtraction, as in -//pkg:x); "
+                "every word after '--' is a target pattern: put flags before '--'"
+            )
         if text.startswith("@") and not text.startswith(_MAIN_REPOSITORY):
             return TargetPattern._external(text, negative, original)
         text = _strip_main_repository(text)

@@ -10,7 +10,6 @@
         digests-<function>.log            source file digests by stat data
         blobs-<function>.log              the stamps of the CAS blobs verified (cas.py)
         execroot/                         private execroots of running actions
-        python-envs/<digest>/             Python environments: toolchain + locked packages
         wheels/<sha256>/<file>.whl        locked wheels that remote nodes install
     <disk cache>/                         shared by workspaces (--disk_cache)
         cas/<xx>/<hash>[.x]               blobs (`.x`: the executable copy)
@@ -18,6 +17,9 @@
         gc.lock                           held while the cache is collected
         tmp/torch/                        torch's state shared by packaging actions (precompiled
                                           headers; aoti_package.py), collected with the rest
+        python-envs/<digest>/             Python environments: toolchain + locked packages
+                                          (kiln.pyenv), shared by workspaces, collected whole
+        python-envs/<digest>.in-use       held shared by every process using that environment
         <function>/                       a whole cache of its own for digest functions
                                           other than sha256 (blake3/): names never mix
 
@@ -39,6 +41,10 @@ from kiln.action_graph import GENERATED_ROOT
 from kiln.errors import KilnError
 
 DEFAULT_DIGEST_FUNCTION = "sha256"
+# Beside each Python environment (python-envs/<digest>.in-use): held shared (flock) by every
+# process that uses the environment, for as long as it lives; the collection removes an
+# environment only under this lock held exclusively.
+PYTHON_ENV_IN_USE = ".in-use"
 
 
 def cache_home() -> Path:
@@ -90,11 +96,6 @@ class OutputBase:
     @property
     def execroot(self) -> Path:
         return self.root / "execroot"
-
-    @property
-    def python_envs(self) -> Path:
-        """Python environments of the toolchain plus locked packages (kiln.pyenv)."""
-        return self.root / "python-envs"
 
     @property
     def wheels(self) -> Path:
@@ -159,11 +160,17 @@ class DiskCache:
     def torch_tmp(self) -> Path:
         return self.tmp / "torch"
 
+    @property
+    def python_envs(self) -> Path:
+        """Python environments of the toolchain plus locked packages (kiln.pyenv): 90 to 250
+        MB each, so the collection bounds them with the rest, never one in use."""
+        return self.root / "python-envs"
+
     def expunged(self, digest_functions: Iterable[str]) -> tuple[Path, ...]:
         """What `kiln clean --expunge_disk_cache` removes: the store, the actions' temp state,
         and the other functions' caches."""
         others = (self.root / f for f in digest_functions if f != DEFAULT_DIGEST_FUNCTION)
-        return (self.cas, self.ac, self.gc_lock, self.tmp, *others)
+        return (self.cas, self.ac, self.gc_lock, self.tmp, self.python_envs, *others)
 
     def create(self) -> None:
         """Make the directory; a KilnError naming it if something else is in the way."""

@@ -94,6 +94,7 @@ def test_the_plan_report_holds_the_actions_kiln_ran(twins: Twins) -> None:
         "AotiCompile",
         "AotiJoin",
         "AotiValidate",
+        "AotiManifest",
     ]
     assert actions[1]["argv"] == [
         "{python}",
@@ -113,5 +114,5 @@ def test_the_plan_report_holds_the_actions_kiln_ran(twins: Twins) -> None:
 def test_every_action_ran_once_in_a_sandbox(twins: Twins) -> None:
     """Per model: the planning action and kiln's actions (the weights for resnet)."""
     plans = 4  # mlp, mlp_pt2, resnet, resnet_pt2; resnet_weights below
-    torch = 4 + 4 + 1  # export, compile, join, validate each; resnet's weights
+    torch = 5 + 5 + 1  # export, compile, join, validate, manifest each; resnet's weights
     assert twins.built.processes("processwrapper-sandbox") == plans + 1 + torch

@@ -43,7 +43,7 @@ def test_second_output_base_hits_the_remote_for_every_action(
     _, built = second
     assert built.code == 0, built.err[-4000:]
     hits = built.processes("remote cache hit")
-    assert hits == 6  # the plans of mlp and mlp_pt2; export, compile, join, validate
+    assert hits == 7  # the plans of mlp and mlp_pt2; export, compile, join, validate, manifest
     assert built.processes("processwrapper-sandbox") == 0  # nothing ran here
 
 

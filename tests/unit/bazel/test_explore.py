@@ -28,50 +28,65 @@ def _mnemonics(shape: RuleShape) -> list[str]:
     return [a.mnemonic for a in shape.actions]
 
 
-PACKAGED = '["cpu","inductor","packaged",true]'
+PACKAGED = '["cpu","inductor","linux_x86_64","packaged",true]'
 
 
-def test_aoti_package_shape_depends_on_device_backend_weights_and_validate(
+def test_aoti_package_shape_depends_on_device_backend_platform_weights_and_validate(
     tables: dict[str, RuleTable],
 ) -> None:
     table = tables["aoti_package"]
-    assert table.key == ("device", "backend", "weights", "validate")
+    assert table.key == ("device", "backend", "target_platform", "weights", "validate")
     assert table.defaults == {
         "device": "cpu",
         "backend": "inductor",
+        "target_platform": "linux_x86_64",
         "weights": "packaged",
         "validate": True,
     }
-    # TensorRT needs cuda and holds its weights in its engines: no other shapes of it.
-    assert sorted(table.shapes) == [
-        f'["{device}","inductor","{form}",{validate}]'
+    # TensorRT needs cuda and holds its weights in its engines; Windows packages are CPU
+    # packages with their weights inside: no other shapes of either.
+    linux = [
+        f'["{device}","inductor","linux_x86_64","{form}",{validate}]'
         for device in ("cpu", "cuda")
         for form in ("packaged", "separate")
         for validate in ("false", "true")
-    ] + ['["cuda","tensorrt","packaged",false]', '["cuda","tensorrt","packaged",true]']
-    full, bare = table.shapes[PACKAGED], table.shapes['["cpu","inductor","packaged",false]']
-    assert _mnemonics(full) == ["TorchExport", "AotiCompile", "AotiJoin", "AotiValidate"]
-    assert _mnemonics(bare) == ["TorchExport", "AotiCompile", "AotiJoin"]
-    trt = table.shapes['["cuda","tensorrt","packaged",true]']
+    ]
+    windows = [f'["cpu","inductor","windows_x86_64","packaged",{v}]' for v in ("false", "true")]
+    tensorrt = [f'["cuda","tensorrt","linux_x86_64","packaged",{v}]' for v in ("false", "true")]
+    assert sorted(table.shapes) == sorted([*linux, *windows, *tensorrt])
+    full = table.shapes[PACKAGED]
+    bare = table.shapes['["cpu","inductor","linux_x86_64","packaged",false]']
+    assert _mnemonics(full) == [
+        "TorchExport",
+        "AotiCompile",
+        "AotiJoin",
+        "AotiValidate",
+        "AotiManifest",
+    ]
+    assert _mnemonics(bare) == ["TorchExport", "AotiCompile", "AotiJoin", "AotiManifest"]
+    trt = table.shapes['["cuda","tensorrt","linux_x86_64","packaged",true]']
     assert _mnemonics(trt) == ["TorchExport", "AotiPackage", "AotiValidate"]
     assert Ref("out", "{name}.validation.json") in full.files
     assert Ref("out", "{name}.validation.json") not in bare.files
-    assert not full.gpu and table.shapes['["cuda","inductor","packaged",true]'].gpu
+    assert not full.gpu and table.shapes['["cuda","inductor","linux_x86_64","packaged",true]'].gpu
 
 
 def test_inputs_are_found_through_the_model_target(tables: dict[str, RuleTable]) -> None:
-    export, compile_, join, validate = tables["aoti_package"].shapes[PACKAGED].actions
+    export, compile_, join, validate, _ = tables["aoti_package"].shapes[PACKAGED].actions
     model = [Ref("attr", f"model.{a}") for a in ("deps", "src", "weights")]
     assert export.inputs == (*model, Ref("out", "{name}.export.json"))
     assert export.outputs == (
         Ref("out", "{name}.golden.safetensors"),
+        Ref("out", "{name}.needs.json"),
         Ref("out", "{name}.structure.pt2"),
         Ref("out", "{name}.weights.safetensors"),
     )
-    # The compile reads the structure alone (no weights, no model source), validation no
-    # model source: both early cutoffs, under Bazel too.
+    # The compile reads the structure alone (no weights, no model source) and the record
+    # of what loading it imports, validation no model source: both early cutoffs, under
+    # Bazel too.
     assert compile_.inputs == (
         Ref("out", "{name}.compile.json"),
+        Ref("out", "{name}.needs.json"),
         Ref("out", "{name}.structure.pt2"),
     )
     assert Ref("out", "{name}.weights.safetensors") in join.inputs

@@ -87,6 +87,7 @@ def test_plan_writes_kilns_specs_under_bazels_root(
         "AotiCompile",
         "AotiJoin",
         "AotiValidate",
+        "AotiManifest",
     ]
 
 
@@ -100,7 +101,7 @@ def test_a_graph_bazel_did_not_declare_is_a_stale_catalogue(
     err = capsys.readouterr().err
     assert err.startswith(
         "ERROR: //models:mlp_pt2: kiln's aoti_package rule plans other actions than Bazel "
-        "declared: rules/private/catalogue.bzl is out of date with rules/aoti_package.py\n"
+        "declared: rules/private/catalogue.bzl is out of date with rules/aoti/aoti_package.py\n"
         "  hint: regenerate it with `python -m kiln.bazel.generate` in the kiln repository, "
         "and rebuild\n"
     )

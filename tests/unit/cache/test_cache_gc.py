@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -13,7 +15,8 @@ from kiln.cache.action_cache import ActionCache, ActionResult, OutputFile
 from kiln.cache.cas import ContentStore
 from kiln.cache.digest import Digest
 from kiln.cache.gc import IN_USE_LOCK, GcReport, collect, expunge
-from kiln.layout import DiskCache
+from kiln.layout import PYTHON_ENV_IN_USE, DiskCache
+from kiln.pyenv.environment import hold_in_use
 
 
 def age(path: Path, seconds: float, now_ns: int | None = None) -> None:
@@ -288,3 +291,89 @@ def test_the_in_use_lock_is_named_as_the_actions_name_it() -> None:
     from kiln.actions import temp_state
 
     assert temp_state.IN_USE_LOCK == IN_USE_LOCK
+
+
+# -- Python environments (kiln.pyenv) -----------------------------------------------------
+
+
+def environment(tmp_path: Path, digest: str, seconds_ago: float, size: int = 1000) -> Path:
+    """An environment of the disk cache, last used `seconds_ago` (its in-use lock's mtime)."""
+    env = DiskCache(tmp_path).python_envs / digest
+    (env / "lib").mkdir(parents=True)
+    (env / "lib/big.so").write_bytes(b"e" * size)
+    (env / "kiln-env.json").write_text("{}")
+    in_use = env.with_name(f"{digest}{PYTHON_ENV_IN_USE}")
+    in_use.write_bytes(b"")
+    age(in_use, seconds_ago)
+    return env
+
+
+def test_unused_environments_are_collected_whole_least_recently_used_first(
+    tmp_path: Path, cas: ContentStore
+) -> None:
+    """Issue 20: environments (90-250 MB each) were never collected but by `clean --expunge`."""
+    oldest = environment(tmp_path, "a" * 20, 7200)
+    older = environment(tmp_path, "b" * 20, 3600)
+    recent = blob(cas, b"r", 0)
+    report = collect(tmp_path, max_bytes=1500)
+    assert report.environments_removed == 1
+    assert not oldest.exists() and older.is_dir()
+    assert report.bytes_before >= 2100 and report.bytes_after <= 1500
+    assert cas.has(recent)
+
+
+def test_an_environment_in_use_or_being_made_is_never_collected(tmp_path: Path) -> None:
+    used = environment(tmp_path, "a" * 20, 7200)
+    making = environment(tmp_path, "b" * 20, 7200)
+    hold_in_use(used.parent, used.name)  # this process uses it: held for its life
+    fd = os.open(making.with_name(f"{making.name}.lock"), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another kiln is making it
+        report = collect(tmp_path, max_bytes=0)
+        expunge(DiskCache(tmp_path), ["sha256"])
+    finally:
+        os.close(fd)
+    assert report.environments_removed == 0
+    assert (used / "lib/big.so").exists() and (making / "lib/big.so").exists()
+    expunge(DiskCache(tmp_path), ["sha256"])  # nobody makes it now; `used` is still held
+    assert not making.exists() and used.is_dir()
+
+
+def test_expunge_removes_the_environments_nobody_uses(tmp_path: Path) -> None:
+    environment(tmp_path, "a" * 20, 0)
+    expunge(DiskCache(tmp_path), ["sha256"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gc.lock"]
+
+
+def test_a_process_using_an_environment_keeps_it_until_it_ends(tmp_path: Path) -> None:
+    """The real pattern across processes: a child that took the environment (as a build
+    does through EnvironmentStore.python_for) keeps it from the collection while it lives."""
+    env = environment(tmp_path, "c" * 20, 7200)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from kiln.pyenv.environment import "
+            "hold_in_use; hold_in_use(Path(sys.argv[1]), sys.argv[2]); print('held', "
+            "flush=True); sys.stdin.read()",
+            str(env.parent),
+            env.name,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "held\n"
+        in_use = env.with_name(f"{env.name}{PYTHON_ENV_IN_USE}")
+        age(in_use, 7200)  # taking it marked it used now: old again, as if long ago
+        assert collect(tmp_path, max_bytes=0).environments_removed == 0
+    finally:
+        child.communicate("")
+    assert collect(tmp_path, max_bytes=0).environments_removed == 1
+    assert not env.exists()
+
+
+def test_the_environments_in_use_lock_is_named_as_pyenv_takes_it(tmp_path: Path) -> None:
+    hold_in_use(tmp_path, "d" * 20)
+    assert (tmp_path / f"{'d' * 20}{PYTHON_ENV_IN_USE}").is_file()

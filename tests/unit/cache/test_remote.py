@@ -78,6 +78,7 @@ def test_find_missing_asks_with_head(
     remote.upload(present, cas)
     server.clear_log()
     assert remote.find_missing([present, absent, present, digest_bytes(b"")]) == [absent]
+    server.wait_for_log(lambda s: len(s.requests("HEAD")) >= 2)
     assert sorted(server.requests("HEAD")) == sorted(
         [f"HEAD /cas/{present.hash} 200", f"HEAD /cas/{absent.hash} 404"]
     )

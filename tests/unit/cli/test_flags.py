@@ -72,7 +72,7 @@ def test_the_query_formats_and_digest_functions_are_those_of_the_code() -> None:
 
 def test_disk_cache_is_one_row_taken_by_build_clean_and_info() -> None:
     """It was declared three times, with three help texts."""
-    assert flags.BY_NAME["disk_cache"].commands == ("build", "clean", "info")
+    assert flags.BY_NAME["disk_cache"].commands == ("build", "clean", "info", "test")
     helps = {
         option.help
         for command in COMMANDS
@@ -208,7 +208,7 @@ def test_an_option_of_another_command_names_that_command(ws: Workspace) -> None:
     assert (result.code, result.err) == (
         1,
         f"ERROR: unknown option '--jobs' for 'kiln clean' (from {ws.root / '.kilnrc'}:1)\n"
-        "  hint: --jobs is an option of kiln build; see 'kiln clean --help'\n",
+        "  hint: --jobs is an option of kiln build, kiln test; see 'kiln clean --help'\n",
     )
 
 

@@ -133,13 +133,14 @@ def test_every_option_of_every_command_has_help_text() -> None:
         (
             ["biuld", "//..."],
             "ERROR: unknown command 'biuld'\n"
-            "  hint: did you mean 'build'? commands: build, query, clean, info, worker; "
+            "  hint: did you mean 'build'? commands: build, test, query, clean, info, worker; "
             "see 'kiln help'\n",
         ),
         (
-            ["test", "//..."],
-            "ERROR: unknown command 'test'\n"
-            "  hint: commands: build, query, clean, info, worker; see 'kiln help'\n",
+            ["tset", "//..."],
+            "ERROR: unknown command 'tset'\n"
+            "  hint: did you mean 'test'? commands: build, test, query, clean, info, worker; "
+            "see 'kiln help'\n",
         ),
         (
             ["build", "--jbos=2", "//..."],
@@ -239,6 +240,26 @@ def test_relative_pattern_naming_nothing_is_an_error(ws: Workspace) -> None:
     assert result.err == (
         "ERROR: no such target '//app:nothing/here': package 'app' declares no target "
         "'nothing/here' and has no file of that name\n"
+    )
+
+
+def test_after_double_dash_words_are_target_patterns_as_in_bazel(ws: Workspace) -> None:
+    """`--` ends the options: what follows is patterns, and `-//x` subtracts."""
+    built = ws.kiln("build", "--", "//app/...", "-//app/sub", "-//app:app")
+    assert built.code == 0, built.err
+    assert "Target //app:extra up-to-date" in built.err
+    assert "//app/sub:sub" not in built.err and "//app:app" not in built.err
+
+
+def test_a_flag_after_double_dash_is_refused_not_swallowed(ws: Workspace) -> None:
+    # With a root package, '--explain' was the subtraction of '//:-explain': nothing.
+    ws.write("BUILD", 'filegroup(name = "root")\n')
+    built = ws.kiln("build", "//lib", "--", "--explain")
+    assert built.code == 1
+    assert built.err == (
+        "ERROR: invalid target pattern '--explain': a pattern starts with one '-' at most "
+        "(a subtraction, as in -//pkg:x); every word after '--' is a target pattern: put "
+        "flags before '--'\n"
     )
 
 

@@ -60,13 +60,14 @@ def test_read_shell_quoting(tmp_path: Path) -> None:
     [
         (
             "biuld --jobs=4\n",
-            "unknown command 'biuld' (known: common, startup, build, query, clean, info, worker)\n"
+            "unknown command 'biuld' "
+            "(known: common, startup, build, test, query, clean, info, worker)\n"
             "  hint: did you mean 'build'?",
         ),
         (
             "frobnicate --jobs=4\n",
             "unknown command 'frobnicate' "
-            "(known: common, startup, build, query, clean, info, worker)",
+            "(known: common, startup, build, test, query, clean, info, worker)",
         ),
         ("build: --jobs=4\n", "empty config name in 'build:'"),
         ("build 'unclosed\n", "cannot parse this line: No closing quotation"),

@@ -25,7 +25,12 @@ def action(platform: dict[str, str]) -> Action:
 
 
 def key(platform: dict[str, str], name: str) -> ActionKey:
-    return ActionKey(name, "command", "root", {}, tuple(sorted(platform.items())))
+    # The command digest holds the platform; the invocation digest (the rest) does not.
+    return ActionKey(name, f"command {name}", "root", "invocation", {}, platform=_sorted(platform))
+
+
+def _sorted(platform: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(platform.items()))
 
 
 @pytest.mark.parametrize(

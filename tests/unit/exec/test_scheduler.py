@@ -57,6 +57,7 @@ class FakeExecutor:
         self._gates: dict[str, threading.Event] = {}
         self._changed = threading.Condition()
         self.on_start: dict[str, object] = {}
+        self.gpus: dict[str, tuple[str, ...]] = {}  # the GPU ids each action was given
 
     def up_to_date(self, a: Action) -> ActionOutcome | None:
         self.up_to_date_threads.add(threading.current_thread().name)
@@ -66,10 +67,11 @@ class FakeExecutor:
             return ActionOutcome(a, Source.UP_TO_DATE)
         return None
 
-    def execute(self, a: Action, lane: str) -> ActionOutcome:
+    def execute(self, a: Action, lane: str, gpus: tuple[str, ...] = ()) -> ActionOutcome:
         name = name_of(a)
         self.executed_on.add(threading.current_thread().name)
         with self._changed:
+            self.gpus[name] = gpus
             gate = self._gates.setdefault(name, threading.Event())
             self.log.append(f"+{name}")
             self.running.add(name)
@@ -143,6 +145,7 @@ def scheduler(
     gpus: int = 0,
     memory_mb: int = 0,
     keep_going: bool = False,
+    gpu_ids: tuple[str, ...] | None = None,
 ) -> Scheduler:
     return Scheduler(
         ActionGraph.of(actions),
@@ -150,6 +153,7 @@ def scheduler(
         executor,
         Reporter(),
         keep_going=keep_going,
+        gpu_ids=gpu_ids,
     )
 
 
@@ -213,6 +217,56 @@ def test_gpu_actions_wait_for_a_free_gpu_slot_while_cpu_actions_go_on(
     assert gated.wait_running("gpu2") == {"gpu2", "cpu"}
     gated.release("gpu2")
     gated.release("cpu")
+    run.join()
+
+
+GPUS = ("GPU-a", "GPU-b", "GPU-c", "GPU-d")
+
+
+def test_gpu_actions_running_at_once_hold_distinct_ids_and_a_finished_ones_go_to_the_next(
+    gated: FakeExecutor,
+) -> None:
+    names = "abcdefgh"
+    actions = [action(n, gpu=1) for n in names]
+    run = InBackground(scheduler(actions, gated, jobs=8, gpus=4, gpu_ids=GPUS))
+    assert gated.wait_running(*"abcd") == set("abcd")
+    assert sorted(gated.gpus[n] for n in "abcd") == [(g,) for g in GPUS]
+    gated.release("c")
+    assert gated.wait_running("e") == set("abde")
+    assert gated.gpus["e"] == gated.gpus["c"]  # the only free one
+    for name in names:
+        gated.release(name)
+    result = run.join()
+    assert statuses(result) == dict.fromkeys(names, "executed")
+    # The outcome says where each ran (build events, --explain).
+    assert {name_of(o.action): o.gpus for o in result.outcomes} == gated.gpus
+
+
+def test_an_action_needing_two_gpus_gets_two_ids_and_a_cpu_action_none(
+    gated: FakeExecutor,
+) -> None:
+    actions = [action("gpu1", gpu=2), action("gpu2", gpu=1), action("cpu")]
+    run = InBackground(scheduler(actions, gated, jobs=4, gpus=3, gpu_ids=GPUS[:3]))
+    assert gated.wait_running("gpu1", "gpu2", "cpu") == {"gpu1", "gpu2", "cpu"}
+    assert gated.gpus == {"gpu1": GPUS[:2], "gpu2": GPUS[2:3], "cpu": ()}
+    for name in ("gpu1", "gpu2", "cpu"):
+        gated.release(name)
+    run.join()
+
+
+def test_a_failed_gpu_action_gives_its_id_back() -> None:
+    fake = FakeExecutor(fail=("a",))
+    actions = [action("a", gpu=1), action("b", gpu=1)]
+    result = scheduler(actions, fake, gpus=1, keep_going=True, gpu_ids=("GPU-a",)).run()
+    assert statuses(result) == {"a": "failed", "b": "executed"}
+    assert fake.gpus == {"a": ("GPU-a",), "b": ("GPU-a",)}
+
+
+def test_without_ids_given_gpu_slots_are_cuda_indices(gated: FakeExecutor) -> None:
+    run = InBackground(scheduler([action("gpu1", gpu=2)], gated, gpus=2))
+    gated.wait_running("gpu1")
+    assert gated.gpus == {"gpu1": ("0", "1")}
+    gated.release("gpu1")
     run.join()
 
 

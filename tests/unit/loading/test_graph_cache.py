@@ -189,7 +189,7 @@ def test_cache_is_stamped_by_every_module_loading_imports() -> None:
     files = {str(p.relative_to(KILN_ROOT)) for p in code_digest.files(LOADING_CODE)}
     # BUILD evaluation, the rule catalogue, and what they import (attribute schemas,
     # the spec records torch_model's attributes are) — nothing hand-listed.
-    assert {"loading/build_file.py", "rules/torch_model.py", "action_specs.py"} <= files
+    assert {"loading/build_file.py", "rules/model/torch_model.py", "action_specs.py"} <= files
     assert {"rule_api/attrs.py", "loading/package_builder.py", "label.py"} <= files
     assert "cli/build.py" not in files
 

@@ -77,7 +77,7 @@ def test_the_environment_is_made_of_the_wheels_sent_once_and_reused_by_the_next_
     first = node_runner.run_task(_task(nginx, tmp_path, teamlib, sent))
     width, prefix = _output(nginx, tmp_path, first).split()
     assert width == "3"
-    assert Path(prefix).parent == node / "python-envs"  # not the node's own interpreter
+    assert Path(prefix).parent == node / "cache/python-envs"  # not the node's own interpreter
     assert (Path(prefix) / MANIFEST).is_file()
     assert first.notes[0].startswith("making the Python environment ")
     assert "installing 1 with pip" in first.notes[0]
@@ -112,7 +112,7 @@ def test_a_wheel_whose_bytes_are_not_the_locks_is_refused_naming_it_and_nothing_
     ) in ended.message
     assert "DO NOT MATCH THE HASHES" in ended.message and "Traceback" not in ended.message
     assert not (nginx.root / tmp_path.name / "ac").exists()
-    assert not list((node / "python-envs").glob(f"*/{MANIFEST}"))  # nothing half-made kept
+    assert not list((node / "cache/python-envs").glob(f"*/{MANIFEST}"))  # nothing half-made
     assert not list((node / "execroot").iterdir())
 
 

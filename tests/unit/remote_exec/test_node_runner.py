@@ -6,11 +6,12 @@ execroots live under KILN_WORKER_ROOT in the test's folder.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
 import pytest
-from kiln.action_graph import PYTHON_INTERPRETER, Action, File
+from kiln.action_graph import PYTHON_INTERPRETER, Action, File, Resources
 from kiln.cache.digest import Digest, digest_bytes
 from kiln.cache.remote import RemoteCache
 from kiln.remote.options import RemoteOptions
@@ -107,8 +108,9 @@ def test_an_action_whose_fingerprint_is_not_this_nodes_is_refused_naming_both(
 # A `python -m` action that says which process ran it, whether torch was imported
 # before it started, and how long the task took from the node's side.
 REPORTER = """
+# the worker: each action runs in a fork of it
 import os, sys
-open("kiln-out/p/out.txt", "w").write(f"{os.getpid()} {'torch' in sys.modules}\\n")
+open("kiln-out/p/out.txt", "w").write(f"{os.getppid()} {'torch' in sys.modules}\\n")
 """
 
 
@@ -177,3 +179,24 @@ def test_an_undeclared_absolute_path_is_not_there_on_the_node(
     ended = node_runner.run_task(task)
     assert (ended.exit_code, ended.result) == (1, None)
     assert "No such file or directory" in ended.output
+
+
+@pytest.mark.parametrize(("gpus", "seen"), [(1, "[3]"), (0, "[]")])
+def test_a_gpu_action_sees_the_gpus_ray_gave_its_task_and_a_cpu_action_none(
+    nginx: NginxCache,
+    tmp_path: Path,
+    node: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    gpus: int,
+    seen: str,
+) -> None:
+    """Ray sets CUDA_VISIBLE_DEVICES in the task's process: the node runs the action with
+    exactly that, never renumbered; an action needing no GPU gets none of them."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    task, _ = _task(nginx, tmp_path, 'echo "[${CUDA_VISIBLE_DEVICES-unset}]" > kiln-out/p/out.txt')
+    action = dataclasses.replace(task.action, resources=Resources(cpu=1, gpu=gpus))
+    ended = node_runner.run_task(dataclasses.replace(task, action=action))
+    assert ended.exit_code == 0 and ended.result is not None, ended
+    (output,) = ended.result.output_files
+    stored = nginx.root / task.remote.remote_instance_name / "cas" / output.digest.hash
+    assert stored.read_text() == seen + "\n"

@@ -68,7 +68,7 @@ def test_a_killed_worker_takes_the_command_and_its_children_along(tmp_path: Path
 
 
 def _assert_gone(pid: int) -> None:
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # a bound for a failing test, not a claim of speed
     while time.monotonic() < deadline:
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]

@@ -15,8 +15,8 @@ from pathlib import Path
 from kiln.action_graph import PYTHON_INTERPRETER, Action
 from kiln.layout import cache_home
 from kiln.rule_api import AnalyzedTarget
-from kiln.rules.aoti_package import RULE as AOTI_PACKAGE
-from kiln.rules.aoti_package import AotiPackageAttrs
+from kiln.rules.aoti.aoti_package import RULE as AOTI_PACKAGE
+from kiln.rules.aoti.aoti_package import AotiPackageAttrs
 
 from tests.model_fixtures import MLP, rule_context
 

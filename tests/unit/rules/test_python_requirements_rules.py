@@ -86,16 +86,39 @@ def test_every_python_action_of_a_target_holds_its_packages_locked_closure(
 ) -> None:
     actions = analyze(make_workspace(files()))
     vit = python_actions(actions, "//m:vit_pt2")
-    assert [a.mnemonic for a in vit] == ["TorchExport", "AotiCompile", "AotiJoin", "AotiValidate"]
+    assert [a.mnemonic for a in vit] == [
+        "TorchExport",
+        "AotiCompile",
+        "AotiJoin",
+        "AotiValidate",
+        "AotiManifest",
+    ]
     for action in vit + python_actions(actions, "//m:w"):
         assert action.python_env == (
             PythonPackage("huggingface_hub", "0.36.2", (H["1"],)),
             PythonPackage("pyyaml", "6.0.4", (H["2"],)),
             PythonPackage("timm", "1.0.31", (H["3"],)),
         )
+    # The export (and the weights' init) import the model: their keys hold every pin.
+    for action in vit[:1] + python_actions(actions, "//m:w"):
         props = dict(action.platform)
         assert props["pip:timm"] == f"1.0.31 {H['3']}"
         assert "pip:transformers" not in props
+
+
+def test_the_actions_after_the_export_are_keyed_on_what_loading_the_program_needs(
+    make_workspace: MakeWorkspace,
+) -> None:
+    """They load the exported program, not the model: their keys hold the export's record
+    of what that imports (an input), not the environment's pins, so a bump of timm that
+    leaves the program alone leaves them alone."""
+    actions = analyze(make_workspace(files()))
+    export, *after = python_actions(actions, "//m:vit_pt2")
+    needs = "kiln-out/m/vit_pt2.needs.json"
+    assert needs in {f.path for f in export.outputs}
+    for action in after:
+        assert needs in {f.path for f in action.inputs}, action.mnemonic
+        assert not [k for k in dict(action.platform) if k.startswith("pip:")], action.mnemonic
     for action in python_actions(actions, "//m:plain_pt2"):
         assert action.python_env == ()
         assert not [k for k in dict(action.platform) if k.startswith("pip:")]

@@ -114,8 +114,9 @@ import sys
 from pathlib import Path
 from kiln.sandbox.client import Sandbox
 from kiln.sandbox.view import SandboxConfig, action_binds, toolchain_dirs
-root, base = Path(sys.argv[1]), sys.argv[2]
-sandbox = Sandbox.start(sys.executable, SandboxConfig(toolchain_dirs([base]), (), base + "/sb"))
+root, base, detached = Path(sys.argv[1]), sys.argv[2], sys.argv[3:] == ["detached"]
+config = SandboxConfig(toolchain_dirs([base]), (), base + "/sb")
+sandbox = Sandbox.start(sys.executable, config, detached=detached)
 script = "sleep 60 & echo $$ $! > pids.tmp; mv pids.tmp pids; wait"
 out, err = root / ".tmp/stdout", root / ".tmp/stderr"
 sandbox.run(["/bin/sh", "-c", script], {"PATH": "/usr/bin:/bin"}, root, out, err,
@@ -126,8 +127,22 @@ sandbox.run(["/bin/sh", "-c", script], {"PATH": "/usr/bin:/bin"}, root, out, err
 def test_kill_9_of_kiln_kills_a_sandboxed_command_and_its_child(layout: Layout) -> None:
     """Issue 11 C4, for local commands: the host's lifeline ends with kiln, and the host
     kills the command's process group before it exits."""
+    _kill_9_kills_the_command(layout, detached=False, children_too=False)
+
+
+def test_a_detached_host_kills_its_command_when_its_starter_and_its_children_die(
+    layout: Layout,
+) -> None:
+    """On a Ray node: a forced ray.cancel kills the Ray worker and its children, the
+    sandbox hosts among them, while a command runs in a session of its own. A detached
+    host is nobody's child, lives on, sees its lifeline end and kills the command."""
+    _kill_9_kills_the_command(layout, detached=True, children_too=True)
+
+
+def _kill_9_kills_the_command(layout: Layout, *, detached: bool, children_too: bool) -> None:
     root, _ = layout.execroot("e1", {})
-    kiln = subprocess.Popen([sys.executable, "-c", KILN, str(root), str(layout.base)])
+    argv = [sys.executable, "-c", KILN, str(root), str(layout.base)]
+    kiln = subprocess.Popen([*argv, *(["detached"] if detached else [])])
     started: list[int] = []
     try:
         deadline = time.monotonic() + 30
@@ -137,9 +152,13 @@ def test_kill_9_of_kiln_kills_a_sandboxed_command_and_its_child(layout: Layout) 
             time.sleep(0.02)
         started = [int(pid) for pid in (root / "pids").read_text().split()]
         assert all(_running(pid) for pid in started)
+        children = _children(kiln.pid) if children_too else []
         kiln.send_signal(signal.SIGKILL)
+        for pid in children:  # as Ray kills a cancelled worker's children
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         kiln.wait()
-        deadline = time.monotonic() + 1.0
+        deadline = time.monotonic() + 60  # a bound for a failing test, not a claim of speed
         while any(_running(pid) for pid in started) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not any(_running(pid) for pid in started)
@@ -148,6 +167,15 @@ def test_kill_9_of_kiln_kills_a_sandboxed_command_and_its_child(layout: Layout) 
         for pid in started:  # by pid, and only if the test failed
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(stat.parent.name))
+    return found
 
 
 def _running(pid: int) -> bool:

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 import torch
 from kiln.action_specs import TrtEngineSpec, TrtLoaderSpec
-from kiln.actions import render_trt_loader, trt_engine
 from kiln.actions import spec as action_spec
 from kiln.actions.spec import ActionFailure
+from kiln.actions.tensorrt import engine as trt_engine
+from kiln.actions.tensorrt import render_loader as render_trt_loader
 from kiln.rule_api import DynamicDim, TensorSpec
 from trt_fixtures import GPU_STANDARD, analyze, written
 from trt_manifests import record

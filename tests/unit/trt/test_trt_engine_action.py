@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import torch
 from kiln.action_specs import ShapeRange
-from kiln.actions import trt_engine
 from kiln.actions.spec import ActionFailure
-from kiln.actions.trt_compiler import accepted_settings
-from kiln.actions.trt_engine import (
+from kiln.actions.tensorrt import engine as trt_engine
+from kiln.actions.tensorrt.compiler import accepted_settings
+from kiln.actions.tensorrt.engine import (
     engine_file_names,
     fallback_ops,
     find_engines,

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 from kiln.action_specs import TrtLoaderSpec
-from kiln.actions import render_trt_loader
-from kiln.actions.render_trt_loader import class_name, render
 from kiln.actions.spec import ActionFailure
+from kiln.actions.tensorrt import render_loader as render_trt_loader
+from kiln.actions.tensorrt.render_loader import class_name, render
 from trt_manifests import detector_linux_rtx, record, resnet_win
 
 STANDIN_INCLUDE = Path(__file__).resolve().parent / "standin_include"

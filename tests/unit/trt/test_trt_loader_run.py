@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kiln.actions.render_trt_loader import render
+from kiln.actions.tensorrt.render_loader import render
 from trt_manifests import doubler_linux, record
 
 STANDIN = Path(__file__).resolve().parent / "standin_include"

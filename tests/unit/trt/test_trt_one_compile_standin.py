@@ -1,5 +1,5 @@
 """Every Torch-TensorRT compile kiln makes goes through one library
-(kiln.actions.trt_compiler): trt_engine and aoti_package(backend = "tensorrt") pass the
+(kiln.actions.tensorrt.compiler): trt_engine and aoti_package(backend = "tensorrt") pass the
 same settings the same way.
 
 - Torch-TensorRT's engine cache is passed off on both paths: kiln's keys decide reuse,
@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kiln.action_specs import ExportSpec, PackageSpec
-from kiln.actions import aoti_package, torch_export
-from kiln.tensorrt_settings import ENGINE_CACHE_OFF
+from kiln.action_specs import ExportSpec
+from kiln.actions import torch_export
+from kiln.actions.tensorrt import aoti_package
+from kiln.actions.tensorrt.settings import ENGINE_CACHE_OFF
+from kiln.package_specs import TrtPackageSpec
 from test_aoti_trt_refit_contract_standin import OUT, _analyze, _on_cpu
 from test_trt_contract_standin import run_engine_action
 from trt_fixtures import written
@@ -55,7 +57,7 @@ def _aoti_package_compile(
     actions = _analyze({"refit": False, **attrs})
     torch_export.main(record(_on_cpu(written(actions, f"{OUT}.export.json")), ExportSpec))
     standin.install(monkeypatch)
-    aoti_package.main(record(_on_cpu(written(actions, f"{OUT}.package.json")), PackageSpec))
+    aoti_package.main(record(_on_cpu(written(actions, f"{OUT}.package.json")), TrtPackageSpec))
     assert standin.names() == ["Input", "compile", "save"]
     return standin.call("compile").kwargs
 

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from kiln.rules import trt_toolchain as trt_probe
-from kiln.rules.trt_toolchain import FAKE_ENV, Probe, preflight, probe, run_probe
+from kiln.rules.tensorrt import trt_toolchain as trt_probe
+from kiln.rules.tensorrt.trt_toolchain import FAKE_ENV, Probe, preflight, probe, run_probe
 from trt_fixtures import CPU_ONLY, GPU_RTX, GPU_STANDARD, probe_file
 
 from tests.kiln_workspace import MakeWorkspace

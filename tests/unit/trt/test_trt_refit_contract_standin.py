@@ -22,7 +22,9 @@ from typing import Any
 import pytest
 import torch
 from kiln.action_specs import ExportSpec, TrtCompileSpec, TrtEngineSpec
-from kiln.actions import torch_export, trt_compile, trt_engine
+from kiln.actions import torch_export
+from kiln.actions.tensorrt import compile_structure as trt_compile
+from kiln.actions.tensorrt import engine as trt_engine
 from safetensors.torch import load_file
 from trt_fixtures import GPU_STANDARD, analyze, by_mnemonic, written
 from trt_manifests import record
@@ -80,6 +82,7 @@ def test_contract_with_standin_the_compile_reads_the_structure_and_no_weights(
     assert {f.path for f in compile_.inputs} == {
         "kiln-out/models/tiny_trt.compile.json",
         "kiln-out/models/tiny_trt.structure.pt2",
+        "kiln-out/models/tiny_trt.needs.json",
     }
     assert (
         written(actions, "kiln-out/models/tiny_trt.compile.json")["settings"]["immutable_weights"]
@@ -91,6 +94,7 @@ def test_contract_with_standin_the_compile_reads_the_structure_and_no_weights(
         "kiln-out/models/tiny_trt.refittable.ep",
         "kiln-out/models/tiny_trt.structure.pt2",
         "kiln-out/models/tiny_trt.weights.safetensors",
+        "kiln-out/models/tiny_trt.needs.json",
     }
     assert compile_.resources.gpu == engine.resources.gpu == 1
 
@@ -196,7 +200,7 @@ def test_a_loaded_program_reaches_refit_without_torch_s_guards_child() -> None:
     took a loaded program with that child for one without inline engines (bare
     AssertionError on the H200). The module refit gets has no such child."""
     import torch
-    from kiln.actions.trt_refit import _as_module
+    from kiln.actions.tensorrt.refit import _as_module
 
     program = torch.export.export(torch.nn.Linear(3, 2), (torch.randn(2, 3),))
     assert "_guards_fn" in dict(program.module().named_children())

@@ -15,8 +15,8 @@ from kiln.exec.action_key import compute_key
 from kiln.rule_api import ShapeRange
 from kiln.rule_api.context import AnalysisError
 from kiln.rule_api.providers import DefaultInfo
-from kiln.rules.trt_engine import TrtEngineInfo
-from kiln.rules.trt_toolchain import FAKE_ENV, Gpu
+from kiln.rules.tensorrt.trt_engine import TrtEngineInfo
+from kiln.rules.tensorrt.trt_toolchain import FAKE_ENV, Gpu
 from trt_fixtures import (
     CPU_ONLY,
     GPU_RTX,
@@ -48,7 +48,11 @@ def test_actions_outputs_and_providers(monkeypatch: pytest.MonkeyPatch) -> None:
     providers, actions = analyze(monkeypatch, {"name": "mlp_win"}, windows_rule=True)
     assert [a.mnemonic for a in actions] == ["FileWrite", "TrtEngine", "FileWrite", "TrtLoader"]
     engine = by_mnemonic(actions, "TrtEngine")
-    assert engine.argv[1:] == ("-m", "kiln.actions.trt_engine", "kiln-out/models/mlp_win.trt.json")
+    assert engine.argv[1:] == (
+        "-m",
+        "kiln.actions.tensorrt.engine",
+        "kiln-out/models/mlp_win.trt.json",
+    )
     assert [(f.path, f.directory) for f in engine.outputs] == [
         ("kiln-out/models/mlp_win.engines", True),
         ("kiln-out/models/mlp_win.ep", False),
@@ -61,7 +65,7 @@ def test_actions_outputs_and_providers(monkeypatch: pytest.MonkeyPatch) -> None:
     loader = by_mnemonic(actions, "TrtLoader")
     assert loader.argv[1:] == (
         "-m",
-        "kiln.actions.render_trt_loader",
+        "kiln.actions.tensorrt.render_loader",
         "kiln-out/models/mlp_win.loader.json",
     )
     assert {f.path for f in loader.inputs} == {

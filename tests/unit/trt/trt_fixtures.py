@@ -11,13 +11,13 @@ from typing import Any
 
 from kiln.action_graph import Action
 from kiln.rule_api import AnalyzedTarget, DefaultInfo
-from kiln.rules import trt_toolchain as trt_probe
-from kiln.rules.torch_model import TorchModelInfo
-from kiln.rules.trt_engine import RULE as TRT_ENGINE
-from kiln.rules.trt_engine import TrtEngineAttrs
-from kiln.rules.trt_toolchain import Gpu, Probe
-from kiln.rules.trt_windows_engine import RULE as TRT_WINDOWS_ENGINE
-from kiln.rules.trt_windows_engine import TrtWindowsEngineAttrs
+from kiln.rules.model.torch_model import TorchModelInfo
+from kiln.rules.tensorrt import trt_toolchain as trt_probe
+from kiln.rules.tensorrt.trt_engine import RULE as TRT_ENGINE
+from kiln.rules.tensorrt.trt_engine import TrtEngineAttrs
+from kiln.rules.tensorrt.trt_toolchain import Gpu, Probe
+from kiln.rules.tensorrt.trt_windows_engine import RULE as TRT_WINDOWS_ENGINE
+from kiln.rules.tensorrt.trt_windows_engine import TrtWindowsEngineAttrs
 
 from tests.model_fixtures import DETECTOR, MLP, rule_context
 
@@ -86,7 +86,7 @@ def analyze(
     package: str = "models",
 ) -> tuple[list[object], list[Action]]:
     """Run the rule's implementation on `attrs` with `probe` as the machine's toolchain."""
-    from kiln.rules.trt_engine import implementation
+    from kiln.rules.tensorrt.trt_engine import implementation
 
     monkeypatch.setattr(trt_probe, "probe", lambda python, env=None: probe)
     schema = TrtWindowsEngineAttrs if windows_rule else TrtEngineAttrs

@@ -19,6 +19,12 @@ behave the way Torch-TensorRT's sources say the real ones do (v2.11-v2.13, read,
 - the signatures name the real parameters, so kiln's filtering by
   inspect.signature sees what it would see there (`missing` removes some, as a
   version without them would);
+- `save(..., output_format="aot_inductor")` writes an archive laid out as torch 2.13's
+  AOTInductor packages one (kiln.actions.tensorrt.package_archive): a wrapper "library"
+  derived from the graph, each engine as a TorchBind constant
+  (`data/constants/custom_obj_N`, bytes of `torch._C._pickle_save`, which `install`
+  teaches to pickle a StandInEngine) named in `custom_objs_config.json`, and the
+  model's metadata record;
 - `load` gives back (as an ExportedProgram stands, with .module()) what `save` saved
   at that path; `refit_module_weights(compiled_module, new_weight_module, arg_inputs,
   kwarg_inputs, verify_output, in_place)` (2.13's parameters) returns a new module whose
@@ -102,15 +108,68 @@ class StandInEngine:
     serialized-engine list, the engine base64 at index 3, binding names joined by "%" at 4
     and 5 (2.11's layout), wrapped in a tuple as `__getstate__` gives it."""
 
-    def __init__(self, engine: bytes, inputs: list[str], outputs: list[str]) -> None:
+    def __init__(
+        self, engine: bytes, inputs: list[str], outputs: list[str], name: str = "standin"
+    ) -> None:
         info = ["" for _ in range(11)]
-        info[1] = "standin"
+        info[1] = name  # NAME_IDX: the TensorRT submodule's name
         info[3] = base64.b64encode(engine).decode()
         info[4], info[5] = "%".join(inputs), "%".join(outputs)
         self._info = info
 
     def __getstate__(self) -> tuple[list[str]]:
         return (list(self._info),)
+
+
+STANDIN_PICKLE = b"standin-pickle:"
+
+
+def pickled_engine(engine: StandInEngine) -> bytes:
+    """A StandInEngine as torch._C._pickle_save gives a TorchBind object: its state."""
+    return STANDIN_PICKLE + "|".join(engine.__getstate__()[0]).encode()
+
+
+def unpickled_engine(data: bytes) -> StandInEngine:
+    """pickled_engine's inverse, as torch._C._pickle_load_obj gives the object back."""
+    engine = StandInEngine(b"", [], [])
+    engine._info = data[len(STANDIN_PICKLE) :].decode().split("|")
+    return engine
+
+
+def module_engines(module: Any) -> list[tuple[str, StandInEngine]]:
+    """(constant name, engine) as a retraced program names them: inline engines by
+    their attribute, a `_run_on_acc_N` submodule's as `_run_on_acc_N_engine`."""
+    found = []
+    for name, child in module.named_children():
+        if isinstance(child, StandInTrtModule):
+            engine = StandInEngine(
+                child.serialized_engine,
+                child.input_binding_names,
+                child.output_binding_names,
+                name,
+            )
+            found.append((f"{name}_engine", engine))
+    found += [(n, v) for n, v in vars(module).items() if isinstance(v, StandInEngine)]
+    return sorted(found, key=lambda item: item[0])
+
+
+def aoti_archive(module: Any, path: str, prefix: str = "") -> None:
+    """What aoti_compile_and_package writes for a module with TensorRT engines (the
+    layout of torch 2.13's, kiln.actions.tensorrt.package_archive): a "wrapper library"
+    from the graph's code, the engines as custom objects, the metadata record."""
+    import json
+
+    from torch.export.pt2_archive import PT2ArchiveWriter
+
+    engines = module_engines(module)
+    config = {prefix + name: f"custom_obj_{i}" for i, (name, _) in enumerate(engines)}
+    model = "data/aotinductor/model/"
+    with PT2ArchiveWriter(path) as writer:
+        writer.write_bytes(model + "model.wrapper.so", module.code.encode())
+        writer.write_bytes(model + "custom_objs_config.json", json.dumps(config).encode())
+        writer.write_bytes(model + "model_metadata.json", b'{"AOTI_DEVICE_KEY": "cuda"}')
+        for i, (_, engine) in enumerate(engines):
+            writer.write_bytes(f"data/constants/custom_obj_{i}", pickled_engine(engine))
 
 
 def _needs_cross_compile(f: Any) -> Any:
@@ -183,6 +242,7 @@ class StandIn:
     missing: tuple[str, ...] = ()  # parameters this "version" lacks
     tensorrt_version: str = "11.0.0.12"
     refit: bool = True  # ENABLED_FEATURES.refit
+    constant_prefix: str = ""  # before each engine's constant name in an AOTInductor package
     calls: list[Call] = field(default_factory=list)
     saved: dict[str, Any] = field(default_factory=dict)  # path -> the module saved there
 
@@ -191,6 +251,22 @@ class StandIn:
         monkeypatch.setitem(sys.modules, "torch_tensorrt", package)
         monkeypatch.setitem(sys.modules, "torch_tensorrt.dynamo", dynamo)
         monkeypatch.setitem(sys.modules, "tensorrt", tensorrt)
+        original = torch._C._pickle_save
+
+        def pickle_save(obj: Any) -> bytes:
+            if isinstance(obj, StandInEngine):
+                return pickled_engine(obj)
+            return bytes(original(obj))
+
+        monkeypatch.setattr(torch._C, "_pickle_save", pickle_save)
+        original_load = torch._C._pickle_load_obj
+
+        def pickle_load_obj(data: bytes) -> Any:
+            if data.startswith(STANDIN_PICKLE):
+                return unpickled_engine(data)
+            return original_load(data)
+
+        monkeypatch.setattr(torch._C, "_pickle_load_obj", pickle_load_obj)
 
     def names(self) -> list[str]:
         return [c.name for c in self.calls]
@@ -219,6 +295,9 @@ class StandIn:
             if standin.save_error is not None:
                 raise RuntimeError(standin.save_error)
             standin.saved[file_path] = module
+            if kwargs.get("output_format") == "aot_inductor":
+                aoti_archive(module, file_path, standin.constant_prefix)
+                return
             with open(file_path, "wb") as f:
                 f.write(b"standin: torch_tensorrt.save")
 
@@ -303,7 +382,7 @@ class StandIn:
                 setattr(
                     root,
                     f"_run_on_acc_{i}_engine",
-                    StandInEngine(data, binding_inputs, ["output0"]),
+                    StandInEngine(data, binding_inputs, ["output0"], f"_run_on_acc_{i}"),
                 )
                 engine = graph.get_attr(f"_run_on_acc_{i}_engine")
                 run = torch.ops.tensorrt.execute_engine.default

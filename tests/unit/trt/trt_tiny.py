@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from kiln.rule_api import DynamicDim, ModelSource, TensorSpec
-from kiln.rules.torch_model import TorchModelInfo
+from kiln.rules.model.torch_model import TorchModelInfo
 
 from tests.model_fixtures import model_info
 

@@ -1,6 +1,6 @@
-"""A worker's fork server: an action runs `python -m module` in a child forked from the
-worker's pristine state (kiln.fork_server), and what the child does, an abort included,
-ends with the child, never the worker."""
+"""fork_server.current() in a worker's action: the action runs `python -m module` in a child
+forked from the action itself, still in the worker's pristine state (kiln.workers.forking),
+and what the child does, an abort included, ends with the child, never the action."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ ACTION = """
                           (0, out.fileno(), err.fileno()))
         out.seek(0); err.seek(0)
         print(json.dumps({"code": code, "out": out.read().decode(), "err": err.read().decode(),
-                          "worker": os.getpid(), "server": server.pid, "cwd": os.getcwd()}))
+                          "action": os.getpid(), "server": server.pid, "cwd": os.getcwd()}))
 """
 
 CHILD = """
@@ -49,8 +49,8 @@ def test_a_child_runs_as_python_m_would_in_the_action_s_cwd_env_and_files(
     result = _run(pool, make_execroot, "3", "x")
     assert result["code"] == 3
     child = json.loads(str(result["out"]).splitlines()[0])
-    assert child["ppid"] == result["server"] != result["worker"]
-    assert child["pid"] not in (result["server"], result["worker"])
+    assert child["ppid"] == result["server"] == result["action"]
+    assert child["pid"] != result["action"]
     assert child == {**child, "cwd": result["cwd"], "env": "given", "name": "__main__"}
     assert child["argv"] == ["3", "x"]
     assert result["err"] == "to stderr\n"
@@ -64,4 +64,4 @@ def test_a_child_that_aborts_is_a_signal_status_and_the_worker_runs_on(
     assert json.loads(str(aborted["out"]).splitlines()[0])["argv"] == ["abort"]
     after = _run(pool, make_execroot, "0")
     assert after["code"] == 0
-    assert (after["worker"], after["server"]) == (aborted["worker"], aborted["server"])
+    assert after["action"] != aborted["action"]  # each action is a fork of its own

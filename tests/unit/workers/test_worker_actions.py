@@ -16,7 +16,7 @@ from worker_helpers import MakeExecroot, action_env
 PROBE = """
     import json, os, sys
     print(json.dumps({"cwd": os.getcwd(), "env": dict(os.environ), "argv": sys.argv,
-                      "path0": sys.path[0], "pid": os.getpid()}))
+                      "path0": sys.path[0], "pid": os.getppid()}))
 """
 
 
@@ -155,7 +155,7 @@ def test_environment_values_that_are_not_utf8_survive(
 def test_modules_under_one_execroot_are_not_seen_by_the_next_action(
     pool: WorkerPool, make_execroot: MakeExecroot
 ) -> None:
-    action = "import helper, os; print(helper.VALUE, os.getpid())"
+    action = "import helper, os; print(helper.VALUE, os.getppid())"
     first = make_execroot(action, helper="VALUE = 'first'")
     second = make_execroot(action, helper="VALUE = 'second'")
     assert pool.run(first.request()) == WorkResponse(0)

@@ -21,7 +21,7 @@ def test_torch_is_imported_once_and_reused_by_the_next_action(
         import os, sys
         preloaded = "torch" in sys.modules
         import torch
-        print(os.getpid(), id(sys.modules["torch"]), preloaded, torch.ones(3).sum().item())
+        print(os.getppid(), id(sys.modules["torch"]), preloaded, torch.ones(3).sum().item())
     """)
     seconds: list[float] = []
     lines: list[str] = []

@@ -59,6 +59,15 @@ METADATA = "aot_inductor.metadata"
 REPRODUCIBLE_CONFIGS: dict[str, dict[str, Any]] = {
     "cuda": {"triton.autotune_pointwise": False},
 }
+# The build machine's core count must not reach the package either. Left alone, inductor
+# writes the compiling process's torch.get_num_threads() into its C++ kernels: the number
+# of loop levels it parallelises, `#pragma omp parallel num_threads(N)` where N is not
+# os.cpu_count(), and reduction buffers of N slots; so packages built on 1 and on 4 threads
+# differed in bytes (bench/bench_thread_portability.py). A fixed count for those
+# decisions, and OpenMP's own at run time (dynamic_threads: the deployment's
+# OMP_NUM_THREADS or torch.set_num_threads), make one package for every build machine.
+# Any device: a CUDA package's CPU kernels too. A target's inductor_configs may set them.
+THREAD_CONFIGS: dict[str, Any] = {"cpp.threads": 8, "cpp.dynamic_threads": True}
 
 
 def main(spec: CompileSpec) -> None:
@@ -76,10 +85,9 @@ def main(spec: CompileSpec) -> None:
         import torch
         import torch._inductor
 
-        from kiln.actions import weights_split
         from kiln.actions.constant_layout import layout_of
 
-        structure = weights_split.load_structure(spec.structure, spec.device)
+        structure = _load(spec)
         configs = inductor_configs(spec, compile_key(spec, torch.__version__))
         try:
             with pinned_vec_isa(spec.cpu_isa):
@@ -97,6 +105,31 @@ def main(spec: CompileSpec) -> None:
             check_package(output, spec.cpu_isa)
         layout = layout_of(output, structure, spec.device)
     Path(spec.layout).write_text(layout.to_json(), encoding="utf-8")
+
+
+def _load(spec: CompileSpec) -> Any:
+    """The structure, its pytree types registered from what the export recorded (never from
+    what ran before in this process); a structure torch cannot load is one ActionError."""
+    import logging
+
+    from kiln.actions import pytree_types, weights_split
+
+    pytree_types.register_recorded(Path(spec.structure))
+    # torch.export.load logs its first attempt's whole traceback before it raises.
+    export_log = logging.getLogger("torch.export")
+    level = export_log.level
+    export_log.setLevel(logging.ERROR)
+    try:
+        return weights_split.load_structure(spec.structure, spec.device)
+    except Exception as error:
+        raise ActionError(
+            f"cannot load the exported program {spec.structure}: {summary(error)}",
+            hint="export it again with this toolchain (a changed torch or library); "
+            "--verbose_failures shows torch's whole message",
+            cause=error,
+        ) from error
+    finally:
+        export_log.setLevel(level)
 
 
 def _compiler_error(error: Exception) -> str:
@@ -117,6 +150,7 @@ def inductor_configs(spec: CompileSpec, key: str) -> dict[str, Any]:
         raise ActionFailure(f"inductor_configs '{METADATA}' must be a dict of strings")
     return {
         **REPRODUCIBLE_CONFIGS.get(spec.device, {}),
+        **THREAD_CONFIGS,
         **configs,
         **SPLIT_CONFIGS,
         **isa_configs(spec.cpu_isa),
@@ -135,6 +169,7 @@ def compile_key(spec: CompileSpec, torch_version: str) -> str:
         "inductor_configs": spec.inductor_configs,
         "split_configs": SPLIT_CONFIGS,
         "reproducible_configs": REPRODUCIBLE_CONFIGS.get(spec.device, {}),
+        "thread_configs": THREAD_CONFIGS,
         "toolchain": {
             "torch": torch_version,
             "python": platform.python_version(),

@@ -22,6 +22,10 @@ With the spec's `weights` set (aoti_package's inductor backend) the program is
 saved as its structure, placeholders in place of weights, and the weights go to
 their own file (kiln.actions.weights_split): then a change of weights alone leaves
 the program's bytes, and so the compile, untouched too.
+
+It also records what loading the program imports (`<name>.needs.json`,
+kiln.actions.program_needs): the actions that load it are keyed on that, not on
+every package of the model's environment.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 import torch
 
 from kiln.action_specs import ExportSpec, GoldenOutput, GoldenOutputs, GoldenPoint, ModelSpec
+from kiln.actions import program_needs
 from kiln.actions import spec as action_spec
 from kiln.actions.model_loading import build_model, dynamic_shapes, example_inputs
 from kiln.actions.model_traps import eager_failure, export_failure
@@ -162,6 +167,7 @@ def main(spec: ExportSpec) -> None:
     device = torch.device(spec.device)
     module, program = export_model(model, device)
     canonicalize(program)
+    program_needs.write(Path(spec.needs), program_needs.needs_of(program))
     output = Path(spec.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     # The goldens first: eager's outputs with the real weights, before the split takes

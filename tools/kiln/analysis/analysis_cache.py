@@ -24,7 +24,7 @@ requested target. Unpickling it needs neither pydantic nor the rules.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +35,24 @@ from kiln.host_facts import HostFacts, Toolchain, ToolchainResolver
 from kiln.loading.graph import TargetGraph
 from kiln.loading.loader import PackageLoader
 
-FORMAT = 2
+FORMAT = 3
 # The code analysis runs: the engine that calls the rules, and the whole catalogue.
-ANALYSIS_CODE = ("kiln.analysis.analyzer", "kiln.rules.*")
+ANALYSIS_CODE = ("kiln.analysis.analyzer", "kiln.rules.*", "kiln.rules.testing.*")
 
 
 @dataclass(frozen=True)
 class CachedAnalysis:
     requested: dict[str, tuple[File, ...]]  # label -> the files `kiln build` delivers
     actions: list[Action]
+    # label -> the output directory of its test action, for every test target analyzed
+    # (requested, or in a requested test_suite): `kiln test` runs those actions, `kiln
+    # build` leaves them out.
+    tests: dict[str, File] = field(default_factory=dict)
+
+    def without_tests(self) -> list[Action]:
+        """The actions but the tests' own: what `kiln build` runs."""
+        results = {file.path for file in self.tests.values()}
+        return [a for a in self.actions if a.primary_output.path not in results]
 
     @property
     def producer(self) -> dict[str, Action]:

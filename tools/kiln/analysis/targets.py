@@ -32,6 +32,7 @@ def analyze_targets(
         return cached
 
     from kiln.analysis.analyzer import Analyzer
+    from kiln.rule_api.testing import TestInfo
     from kiln.rules import load_rule
 
     analyzer = Analyzer(graph, load_rule, loader.location_of, resolver)
@@ -51,7 +52,15 @@ def analyze_targets(
     requested = {label: action_graph.targets[label].files for label in analyzed}
     producer = action_graph.producer
     roots = [producer[f.path] for files in requested.values() for f in files if f.path in producer]
-    analysis = CachedAnalysis(requested, needed_actions(list(dict.fromkeys(roots)), producer))
+    tests = {
+        label: info.results
+        for label, target in action_graph.targets.items()
+        if (info := target.get(TestInfo)) is not None
+    }
+    roots += [producer[results.path] for results in tests.values()]
+    analysis = CachedAnalysis(
+        requested, needed_actions(list(dict.fromkeys(roots)), producer), tests
+    )
     if not failed:
         toolchains = list(analyzer.toolchains.read.values())
         cache.store(loader, graph, labels, resolver.host, toolchains, analysis)

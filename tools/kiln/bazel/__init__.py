@@ -1,4 +1,4 @@
-"""kiln's rules under Bazel: one rule logic (rules/*.py), two front ends.
+"""kiln's rules under Bazel: one rule logic (rules/*/*.py), two front ends.
 
 A BUILD file starting with `load("@kiln//rules:defs.bzl", ...)` builds with
 `kiln build` and with `bazel build`. Bazel needs the *shape* of each target

@@ -36,7 +36,7 @@ from kiln.host_facts import HostFacts, ToolchainResolver
 from kiln.loading import attr_errors
 from kiln.rule_api import AnalyzedTarget, DefaultInfo, RuleContext
 from kiln.rule_api.attrs import LABEL
-from kiln.rules import load_rule
+from kiln.rules import load_rule, source_of
 
 PYTHON = "{python}"  # the interpreter in a PlannedAction's argv
 REGENERATE = "python -m kiln.bazel.generate"
@@ -158,7 +158,7 @@ def check(plan: BazelPlan, found: PlannedGraph, kind: str) -> None:
     """The graph kiln's rule planned must be the one Bazel declared."""
     if plan.expected == found:
         return
-    where = f"rules/private/catalogue.bzl is out of date with rules/{kind}.py"
+    where = f"rules/private/catalogue.bzl is out of date with {source_of(kind)}"
     if plan.expected is None:
         message = (
             f"Bazel's {kind} rule has no action graph for these attributes, and kiln's "

@@ -19,6 +19,13 @@ file by file, and goes after the blobs of the same second: it is made again
 when needed. A lock file another process holds is never removed (two
 holders of one name would be two locks), and directories left empty go.
 
+Python environments (`python-envs/<digest>/`, kiln.pyenv: 90 to 250 MB each)
+count whole: one item of their files' size, last used when a process last took
+its `<digest>.in-use` lock (the lock file's mtime). Each process using one holds
+that lock shared for its life, and one is removed only under it held
+exclusively, taken without waiting: never one in use, nor one being made (its
+`<digest>.lock` held). They go after the rest of the same second.
+
 Nothing used after (start - grace_seconds) is removed, and each
 file is stat'ed again just before it is unlinked, so the blobs a build is
 writing or has just hit are safe until its action-cache entry names them.
@@ -29,8 +36,9 @@ the same lock, while other kilns may be building with it: each part is first
 renamed away (one atomic step), so a build never sees a half-deleted store;
 it finds none and makes a new one (atomic.despite_vanishing_directories), or
 puts back what it needs from kiln-out/ (exec/execroot.py, exec/executor.py).
-The actions' temp state is the exception: what running actions hold (torch's
-shared directory, a private cache under its lock) is left to them.
+The actions' temp state and the Python environments are the exception: what
+running actions hold (torch's shared directory, a private cache under its lock,
+an environment in use) is left to them.
 """
 
 from __future__ import annotations
@@ -46,10 +54,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kiln.cache.atomic import is_temp
-from kiln.layout import DiskCache
+from kiln.layout import PYTHON_ENV_IN_USE, DiskCache
 
 _NS = 1_000_000_000
-_ENTRY, _BLOB, _TEMP = 0, 1, 2
+_ENTRY, _BLOB, _TEMP, _ENV = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,7 @@ class GcReport:
     entries_removed: int
     temps_removed: int = 0
     temp_state_removed: int = 0  # files of tmp/
+    environments_removed: int = 0  # Python environments, whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +100,8 @@ def expunge(cache: DiskCache, digest_functions: Iterable[str]) -> None:
                 continue  # held: another collection must wait on this very file
             if part == cache.tmp:
                 _expunge_temp_state(part)
+            elif part == cache.python_envs:
+                _expunge_environments(part)
             else:
                 _remove(part)
 
@@ -123,6 +134,55 @@ def _expunge_temp_state(tmp: Path) -> None:
         tmp.rmdir()
 
 
+def _expunge_environments(envs: Path) -> None:
+    """Every Python environment but those in use or being made; their lock files too
+    where nobody holds them."""
+    for path in _environments(envs):
+        _remove_environment(str(path), cutoff_ns=None)
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(envs):
+            if entry.name.endswith((".lock", PYTHON_ENV_IN_USE)) and not _held(entry.path):
+                Path(entry.path).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # not empty: something in use stays
+        envs.rmdir()
+
+
+def _environments(envs: Path) -> list[Path]:
+    """The environment directories under `envs` (not the locks, nor one being removed)."""
+    try:
+        entries = list(os.scandir(envs))
+    except FileNotFoundError:
+        return []
+    return [
+        Path(e.path)
+        for e in entries
+        if e.is_dir(follow_symlinks=False) and not e.name.startswith(".") and "." not in e.name
+    ]
+
+
+def _remove_environment(path: str, cutoff_ns: int | None) -> bool:
+    """Remove one environment unless a process uses it (its in-use lock is held), it is
+    being made (its lock is held) or, with a cutoff, it was used since."""
+    in_use = f"{path}{PYTHON_ENV_IN_USE}"
+    try:
+        fd = os.open(in_use, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # in use
+        if _held(f"{path}.lock"):
+            return False  # being made
+        if cutoff_ns is not None and os.fstat(fd).st_mtime_ns >= cutoff_ns:
+            return False  # used since it was scanned
+        _remove(Path(path))
+        return True
+    finally:
+        os.close(fd)
+
+
 def _remove(part: Path) -> None:
     """Rename `part` away (one atomic step: nobody sees it half-deleted), then delete it."""
     doomed = part.with_name(f"{part.name}.expunged-{secrets.token_hex(4)}")
@@ -152,19 +212,59 @@ def _collect(root: Path, max_bytes: int, cutoff_ns: int) -> GcReport:
     temps_removed = _scan(layout.cas, _BLOB, cutoff_ns, items, shards=True)
     temps_removed += _scan(layout.ac, _ENTRY, cutoff_ns, items, shards=True)
     _scan_temp_state(layout.tmp, items)
+    _scan_environments(layout.python_envs, items)
     total = before = sum(item.size for item in items)
-    removed = {_ENTRY: 0, _BLOB: 0, _TEMP: 0}
+    removed = {_ENTRY: 0, _BLOB: 0, _TEMP: 0, _ENV: 0}
     if total > max_bytes:
         items.sort(key=_Item.order)
         for item in items:
             if total <= max_bytes:
                 break
-            if item.used_ns >= cutoff_ns or not _unlink_if_unused(item.path, cutoff_ns):
+            if item.used_ns >= cutoff_ns:
+                continue
+            if item.kind == _ENV:
+                if not _remove_environment(item.path, cutoff_ns):
+                    continue
+            elif not _unlink_if_unused(item.path, cutoff_ns):
                 continue
             total -= item.size
             removed[item.kind] += 1
     _remove_empty_directories(layout.tmp, cutoff_ns)
-    return GcReport(before, total, removed[_BLOB], removed[_ENTRY], temps_removed, removed[_TEMP])
+    return GcReport(
+        before,
+        total,
+        removed[_BLOB],
+        removed[_ENTRY],
+        temps_removed,
+        removed[_TEMP],
+        removed[_ENV],
+    )
+
+
+def _scan_environments(envs: Path, items: list[_Item]) -> None:
+    """Each Python environment as one item, but those in use: the size of its files (not
+    of the toolchain its links point to), last used when its in-use lock was last taken."""
+    for path in _environments(envs):
+        in_use = f"{path}{PYTHON_ENV_IN_USE}"
+        if _held(in_use):
+            continue
+        try:
+            used = os.stat(in_use).st_mtime_ns
+        except FileNotFoundError:  # made by no process since: as old as the environment
+            try:
+                used = os.stat(path).st_mtime_ns
+            except FileNotFoundError:
+                continue
+        items.append(_Item(used, _ENV, _tree_size(path), str(path)))
+
+
+def _tree_size(path: Path) -> int:
+    size = 0
+    for dirpath, _, names in os.walk(path):
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                size += os.lstat(os.path.join(dirpath, name)).st_size
+    return size
 
 
 def _scan_temp_state(directory: Path, items: list[_Item]) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import click
 
 from kiln.action_graph import Action, ActionGraph
-from kiln.analysis.analysis_cache import AnalysisCache
+from kiln.analysis.analysis_cache import AnalysisCache, CachedAnalysis
 from kiln.analysis.targets import analyze_targets
 from kiln.cli import flags
 from kiln.cli.build_options import BuildOptions, parse_action_env
@@ -18,7 +19,7 @@ from kiln.cli.session import Session
 from kiln.cli.summary import print_summary, withdrawn_line
 from kiln.errors import BuildFailure, KilnError
 from kiln.exec import host
-from kiln.exec.scheduler import Limits
+from kiln.exec.scheduler import Limits, ScheduleResult
 from kiln.exec.withdraw import PlacedOutputs, unbuilt_owners, withdraw
 from kiln.exec.workspace_lock import workspace_lock
 from kiln.host_facts import HostFacts
@@ -51,16 +52,87 @@ def run_build(session: Session, targets: list[str], options: BuildOptions) -> in
         reports.close()
 
 
+class Plan(Protocol):
+    """What a command runs of the analyzed targets: `kiln build` all but the tests' own
+    actions; `kiln test` (cli/test.py) those of the tests it selects, too."""
+
+    def select(self, loader: PackageLoader, labels: list[str]) -> list[str]:
+        """The targets to load and analyze, given those the patterns matched."""
+        ...
+
+    def actions(self, analysis: CachedAnalysis) -> list[Action]:
+        """The actions to run."""
+        ...
+
+
+class BuildPlan:
+    def select(self, loader: PackageLoader, labels: list[str]) -> list[str]:
+        return labels
+
+    def actions(self, analysis: CachedAnalysis) -> list[Action]:
+        return analysis.without_tests()
+
+
+@dataclasses.dataclass(frozen=True)
+class Executed:
+    """What execute_targets did: the analysis, how the actions ended, what failed early."""
+
+    analysis: CachedAnalysis
+    result: ScheduleResult
+    seconds: float
+    errors: list[KilnError]
+    withdrawn: list[str]
+
+
 def _build(session: Session, targets: list[str], options: BuildOptions, reports: Reports) -> int:
+    done = execute_targets(session, targets, options, reports, BuildPlan())
+    print_summary(
+        lambda text: click.echo(text, err=True),
+        done.analysis.requested,
+        done.result,
+        done.seconds,
+        workspace_root=session.workspace.root,
+        cwd=session.cwd,
+        failed_early=bool(done.errors),
+        withdrawn=done.withdrawn,
+    )
+    raise_if_failed(done)
+    return 0
+
+
+def raise_if_failed(done: Executed) -> None:
+    result, errors = done.result, done.errors
+    if result.failed or result.skipped or errors:
+        raise BuildFailure(
+            f"build did not complete successfully ({len(result.failed)} failed, "
+            f"{len(result.skipped)} not run"
+            + (f", {len(errors)} targets failed before execution" if errors else "")
+            + ")"
+        )
+
+
+def execute_targets(
+    session: Session,
+    targets: list[str],
+    options: BuildOptions,
+    reports: Reports,
+    plan: Plan,
+    *,
+    is_test: Callable[[Action], bool] = lambda action: False,
+) -> Executed:
+    """Load, analyze and execute `targets` (patterns) as `plan` says; withdraw what did
+    not build from kiln-out/. `is_test`: actions whose failure is a test's (`kiln
+    test`): the command reports it, and it stops no other action."""
     from kiln.cli.execution import execute_graph  # the executor and the caches
 
     _check_output_root(session)
+    usable_gpus = host.usable_gpus()  # one nvidia-smi call: the count and the ids
     limits = options.slice(
         Limits,
         renamed={"memory_mb": "local_ram_mb"},
         when_unset={  # the flags' default, None, is "what this host has"
             "jobs": host.cpu_count,
-            "gpus": host.gpu_count,
+            "gpus": lambda: len(usable_gpus),
             "memory_mb": lambda: host.memory_mb() * 2 // 3,
         },
     )
@@ -72,7 +144,9 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
     loader = PackageLoader(session.workspace, session.graph_cache_file)
     try:
         patterns = parse_patterns(targets, session.working_package)
-        expanded = expand(loader, patterns, skip_manual=True, on_error=on_error)
+        expanded = plan.select(
+            loader, expand(loader, patterns, skip_manual=True, on_error=on_error)
+        )
         graph = GraphBuilder(loader).build(expanded, on_error=on_error)
         labels = graph.roots  # --keep_going: without those whose packages failed to load
     finally:
@@ -97,7 +171,8 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
             click.echo(f"INFO: {withdrawn_line(gone)}", err=True)
         raise
 
-    actions = _with_env(analysis.actions, parse_action_env(options.action_env))
+    planned = plan.actions(analysis)
+    actions = _with_env(planned, parse_action_env(options.action_env))
     actions = _check_gpus(actions, limits, remote, errors, keep_going=options.keep_going)
 
     reports.phase("execution")
@@ -108,32 +183,18 @@ def _build(session: Session, targets: list[str], options: BuildOptions, reports:
         return str(loader.location_of(target))
 
     action_graph = ActionGraph.of(actions)
-    result, seconds = execute_graph(session, options, action_graph, limits, locate, reports, remote)
+    gpu_ids = host.gpu_pool_ids(usable_gpus, limits.gpus)
+    result, seconds = execute_graph(
+        session, options, action_graph, limits, gpu_ids, locate, reports, remote, is_test
+    )
     unbuilt = unbuilt_owners(action_graph, [o.action for o in result.failed])
     unbuilt |= {e.label for e in errors if e.label}  # refused before running (a GPU)
-    withdrawn = withdraw(analysis.actions, unbuilt, session.workspace.root)
+    withdrawn = withdraw(planned, unbuilt, session.workspace.root)
     early = _failed_early(graph, errors, set(expanded) - set(labels))
     withdrawn = sorted({*withdrawn, *placed.withdraw(early | unbuilt, session.workspace.root)})
-    placed.record(analysis.actions, unbuilt | early)
+    placed.record(planned, unbuilt | early)
     placed.save()
-    print_summary(
-        lambda text: click.echo(text, err=True),
-        analysis.requested,
-        result,
-        seconds,
-        workspace_root=session.workspace.root,
-        cwd=session.cwd,
-        failed_early=bool(errors),
-        withdrawn=withdrawn,
-    )
-    if result.failed or result.skipped or errors:
-        raise BuildFailure(
-            f"build did not complete successfully ({len(result.failed)} failed, "
-            f"{len(result.skipped)} not run"
-            + (f", {len(errors)} targets failed before execution" if errors else "")
-            + ")"
-        )
-    return 0
+    return Executed(analysis, result, seconds, errors, withdrawn)
 
 
 def _failed_early(graph: TargetGraph, errors: list[KilnError], dropped: set[str]) -> set[str]:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
-from kiln.cli.flags import flags_of, slice_options
+from kiln.cli.flags import SliceRules, flags_of, slice_options
 from kiln.errors import KilnError
 
 if TYPE_CHECKING:
@@ -85,25 +84,10 @@ class BuildOptions:
         """Every flag at the table's default, but `changes`: `kiln build` without flags."""
         return cls(**{**{flag.name: flag.default for flag in flags_of("build")}, **changes})
 
-    def slice(
-        self,
-        record: type[Record],
-        *,
-        renamed: Mapping[str, str] | None = None,
-        given: Mapping[str, object] | None = None,
-        when_unset: Mapping[str, Callable[[], object]] | None = None,
-        record_defaults: Iterable[str] = (),
-    ) -> Record:
+    def slice(self, record: type[Record], **rules: Unpack[SliceRules]) -> Record:
         """The record one consumer reads (ExecOptions, Limits, the remote options), its
         fields filled from the same-named flags: flags.slice_options."""
-        return slice_options(
-            record,
-            self,
-            renamed=renamed,
-            given=given,
-            when_unset=when_unset,
-            record_defaults=record_defaults,
-        )
+        return slice_options(record, self, **rules)
 
     @property
     def local_strategy(self) -> str:

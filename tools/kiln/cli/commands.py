@@ -30,6 +30,12 @@ class Command(NamedTuple):  # a NamedTuple: read at every start, and cheaper to 
 
 COMMANDS: tuple[Command, ...] = (
     Command("build", "build", "Build the given targets (kiln build //models:resnet_pt2)"),
+    Command(
+        "test",
+        "test",
+        "Build the given targets and run the tests among them (kiln test //...)",
+        ("build",),
+    ),
     Command("query", "query", "Query the target graph (kiln query 'deps(//models:resnet_pt2)')"),
     Command(
         "clean", "clean", "Remove kiln-out/ (--expunge: this workspace's state too)", ("build",)

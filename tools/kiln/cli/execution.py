@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kiln.action_graph import ActionGraph
+from kiln.action_graph import Action, ActionGraph
 from kiln.cli.build_options import BuildOptions, parse_size
 from kiln.cli.remote_execution import RemoteExecution
 from kiln.cli.reports import FanOut, Reports
@@ -33,11 +33,15 @@ def execute_graph(
     options: BuildOptions,
     graph: ActionGraph,
     limits: Limits,
+    gpu_ids: tuple[str, ...],
     locate: Callable[[str], str],
     reports: Reports,
     remote_execution: RemoteExecution,
+    is_test: Callable[[Action], bool] = lambda action: False,
 ) -> tuple[ScheduleResult, float]:
-    """Run the graph; the result and the seconds it took."""
+    """Run the graph, handing out the GPUs `gpu_ids`; the result and the seconds it took.
+    `is_test`: actions whose failure is a test's, which the command reports itself and
+    which stops nothing."""
     disk_cache = DiskCache.at(
         (options.disk_cache or cache_home()).expanduser().resolve(), options.digest_function
     )
@@ -56,7 +60,7 @@ def execute_graph(
         },
         record_defaults=("worker_preload",),  # no flag: what workers import at start
     )
-    status = StatusPrinter(len(graph), locate, explain=options.explain)
+    status = StatusPrinter(len(graph), locate, explain=options.explain, quiet_failures=is_test)
     reporting = Reporting(
         warn=lambda message: status.print(f"WARNING: {message}"),
         report=lambda text: status.print(f"INFO: {text}"),
@@ -107,6 +111,8 @@ def execute_graph(
                 FanOut(reporters),
                 keep_going=options.keep_going,
                 reserved=remote_execution.policy.reserved,
+                failure_stops=lambda action: not is_test(action),
+                gpu_ids=gpu_ids,
             )
             result = scheduler.run()
     finally:

@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 import click
 
@@ -37,6 +37,7 @@ Kind = Literal["value", "switch", "flag", "repeated"]
 # `kiln help <command>` prints a command's flags in these sections, in this order.
 GROUPS = (
     "clean",  # a command's own flags first
+    "test",
     "execution",
     "cache",
     "remote cache",
@@ -64,6 +65,9 @@ class Flag:
     def __post_init__(self) -> None:
         if self.group not in GROUPS:
             raise ValueError(f"flag --{self.name}: unknown group '{self.group}'")
+        extended = tuple(c for c, base in EXTENDS.items() if base in self.commands)
+        if extended and not set(extended) <= set(self.commands):  # a build flag: test's too
+            object.__setattr__(self, "commands", (*self.commands, *extended))
 
     @property
     def spellings(self) -> tuple[str, ...]:
@@ -100,6 +104,11 @@ class Flag:
         )
 
 
+# Commands that take every flag of another besides their own rows, as Bazel's `test` takes
+# `build`'s: command -> the command whose rows it also takes (so a new build flag is a test
+# flag too, with no row to edit). Flag.commands holds both.
+EXTENDS: dict[str, str] = {"test": "build"}
+
 _STRATEGIES = ["worker", "local", "remote", "dynamic"]
 
 FLAGS: tuple[Flag, ...] = (
@@ -113,8 +122,10 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         "gpus",
-        "GPU slots [default: detected from CUDA_VISIBLE_DEVICES or nvidia-smi]",
+        "GPUs actions may use, each action its own [default: detected from "
+        "CUDA_VISIBLE_DEVICES or nvidia-smi]",
         "execution",
+        commands=("build", "info"),
         type=click.IntRange(min=0),
     ),
     Flag(
@@ -398,6 +409,70 @@ FLAGS: tuple[Flag, ...] = (
         kind="switch",
         default=True,
     ),
+    # -- kiln test (which takes every flag of kiln build besides: EXTENDS)
+    Flag(
+        "cache_test_results",
+        "Serve a test's pass from the cache while nothing it read changed; "
+        "--nocache_test_results runs every test again (a failure is never cached)",
+        "test",
+        commands=("test",),
+        kind="switch",
+        default=True,
+        show_default=True,
+    ),
+    Flag(
+        "runs_per_test",
+        "Run each test N times, as N actions (not served from the cache when N > 1)",
+        "test",
+        commands=("test",),
+        type=click.IntRange(min=1),
+        default=1,
+        show_default=True,
+        metavar="N",
+    ),
+    Flag(
+        "test_output",
+        "summary: a status line per test; errors: also the log of each failed test; "
+        "all: the log of every test run",
+        "test",
+        commands=("test",),
+        type=click.Choice(["summary", "errors", "all"]),
+        default="summary",
+        show_default=True,
+    ),
+    Flag(
+        "test_filter",
+        "Passed to each test as TESTBRIDGE_TEST_ONLY (the test framework picks the cases)",
+        "test",
+        commands=("test",),
+    ),
+    Flag(
+        "test_timeout",
+        "Seconds every test may run before it is killed (TIMEOUT) [default: by the "
+        "test's size or timeout: 60, 300, 900, 3600]",
+        "test",
+        commands=("test",),
+        type=click.IntRange(min=1),
+        metavar="SECONDS",
+    ),
+    Flag(
+        "flaky_test_attempts",
+        "Attempts a failing test gets before it counts as failed; a later pass is FLAKY "
+        "[default: 3 for tests marked flaky, else 1]",
+        "test",
+        commands=("test",),
+        type=click.IntRange(min=1),
+        metavar="N",
+    ),
+    Flag(
+        "update_baselines",
+        "Write each model_benchmark's timings to its baseline file (the regression gate "
+        "is not read meanwhile)",
+        "test",
+        commands=("test",),
+        kind="flag",
+        default=False,
+    ),
     # -- kiln clean
     Flag(
         "expunge",
@@ -463,15 +538,16 @@ def _by_dest(dest: str | None) -> Flag | None:
 Record = TypeVar("Record")
 
 
-def slice_options(
-    record: type[Record],
-    options: object,
-    *,
-    renamed: Mapping[str, str] | None = None,
-    given: Mapping[str, object] | None = None,
-    when_unset: Mapping[str, Callable[[], object]] | None = None,
-    record_defaults: Iterable[str] = (),
-) -> Record:
+class SliceRules(TypedDict, total=False):
+    """How slice_options fills the fields no same-named flag fills (see there)."""
+
+    renamed: Mapping[str, str]
+    given: Mapping[str, object]
+    when_unset: Mapping[str, Callable[[], object]]
+    record_defaults: Iterable[str]
+
+
+def slice_options(record: type[Record], options: object, **rules: Unpack[SliceRules]) -> Record:
     """The frozen dataclass `record`, each field filled from the same-named flag of
     `options` (a BuildOptions).
 
@@ -482,10 +558,10 @@ def slice_options(
     fields left to the record's own default on purpose. Any other field no flag provides
     is refused: a field the table cannot fill is a mistake, not a silent default.
     """
-    renamed = renamed or {}
-    given = given or {}
-    when_unset = when_unset or {}
-    record_defaults = tuple(record_defaults)
+    renamed = rules.get("renamed", {})
+    given = rules.get("given", {})
+    when_unset = rules.get("when_unset", {})
+    record_defaults = tuple(rules.get("record_defaults", ()))
     fields = {field.name for field in dataclasses.fields(record)}  # type: ignore[arg-type]
     stray = sorted({*renamed, *given, *when_unset, *record_defaults} - fields)
     if stray:

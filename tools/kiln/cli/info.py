@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from pathlib import Path
@@ -25,9 +26,12 @@ def command(
     disk_cache: Path | None,
     remote_executor: str | None,
     remote_timeout: float,
+    gpus: int | None,
 ) -> int:
     """Print workspace paths and host facts (one KEY, or all).
 
+    `gpus` is how many GPUs a build may use (with --gpus, as a build with it); each
+    `gpu_<index>` line names one GPU nvidia-smi lists and whether builds use it.
     KEY `toolchains` probes what TensorRT builds would use (torch, torch_tensorrt and
     its flavour, TensorRT, CUDA, GPUs) and which trt_engine platforms can build here,
     without building anything. KEY `cluster` lists the nodes of --remote_executor
@@ -48,7 +52,7 @@ def command(
         # what aoti_package's cpu_target = "native" resolves to here (docs/models.md)
         "cpu_isa": cpu_isa.host_isa() or "-",
         "cpus": str(host.cpu_count()),
-        "gpus": str(host.gpu_count()),
+        **_gpus(gpus),
         "memory_mb": str(host.memory_mb()),
     }
     if key:
@@ -62,10 +66,29 @@ def command(
     return 0
 
 
+def _gpus(slots: int | None) -> dict[str, str]:
+    """How many GPUs a build may use, their ids (what each action's CUDA_VISIBLE_DEVICES
+    names), and every GPU nvidia-smi lists with whether a build uses it and why not."""
+    listed = host.host_gpus()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    usable = host.usable_gpu_ids(listed, visible)
+    ids = host.gpu_pool_ids(usable, len(usable) if slots is None else slots)
+    facts = {"gpus": str(len(ids)), "gpu_ids": ",".join(ids) or "-"}
+    for gpu in listed:
+        if gpu.id in ids:
+            use = "used by builds"
+        elif gpu.id in usable:
+            use = f"not used: --gpus={slots}"
+        else:
+            use = f"not used: CUDA_VISIBLE_DEVICES={visible}"
+        facts[f"gpu_{gpu.index}"] = f"{gpu.name}, {gpu.uuid or 'no UUID'}: {use}"
+    return facts
+
+
 def _toolchains() -> int:
-    """The TensorRT toolchain (kiln.rules.trt_toolchain), as the actions would see it."""
+    """The TensorRT toolchain (kiln.rules.tensorrt.trt_toolchain), as the actions would see it."""
     from kiln.host_facts import HostFacts
-    from kiln.rules import trt_toolchain
+    from kiln.rules.tensorrt import trt_toolchain
 
     found = trt_toolchain.TENSORRT.resolve(HostFacts.of_this_machine())
     for name, value in trt_toolchain.describe(found):

@@ -1,4 +1,4 @@
-"""`kiln help <rule>`: a rule's doc and every attribute, from its schema (rules/<rule>.py).
+"""`kiln help <rule>`: a rule's doc and every attribute, from its schema (rules/<folder>/<rule>.py).
 
     aoti_package(name, model, device = "cpu", ...)
 

@@ -33,11 +33,13 @@ class StatusPrinter(Reporter):
         stream: TextIO | None = None,
         live: bool | None = None,
         explain: bool = False,
+        quiet_failures: Callable[[Action], bool] = lambda action: False,
     ):
         self.total = total
         self.locate = locate
         self.stream = stream or sys.stderr
         self.explain = explain
+        self.quiet_failures = quiet_failures
         self.done = 0
         self.running: dict[str, tuple[Action, float]] = {}  # by first output
         self._lock = threading.Lock()
@@ -85,6 +87,8 @@ class StatusPrinter(Reporter):
             self.done += 1
             done = self.done
         failure = outcome.failure
+        if failure is not None and self.quiet_failures(action):
+            return  # the command reports it itself (kiln test: FAIL lines, test.log)
         if failure is not None:
             where = self.locate(action.owner)
             self.print(
@@ -93,7 +97,8 @@ class StatusPrinter(Reporter):
             )
             return
         if self.explain and outcome.status == "executed" and outcome.explanation:
-            self.print(f"EXPLAIN: {action.mnemonic} {action.owner}: {outcome.explanation}")
+            on = f"; ran on GPU {','.join(outcome.gpus)}" if outcome.gpus else ""
+            self.print(f"EXPLAIN: {action.mnemonic} {action.owner}: {outcome.explanation}{on}")
         if self.explain and outcome.remote == "hit":
             self.print(f"EXPLAIN: {action.mnemonic} {action.owner}: remote cache hit")
         if outcome.status == "executed" and self._live is None:

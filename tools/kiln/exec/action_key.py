@@ -31,6 +31,9 @@ class ActionKey:
     key: str
     command_digest: str
     input_root_digest: str
+    # The command without its platform (which the key holds on its own): what --explain
+    # calls "command changed", so a new package pin is not reported as a new command too.
+    invocation_digest: str
     inputs: dict[str, str]  # path -> digest hash (+ " x" if executable), for --explain
     platform: tuple[tuple[str, str], ...]
 
@@ -62,6 +65,8 @@ def compute_key(
             "platform": {"properties": [{"name": k, "value": v} for k, v in action.platform]},
         }
     command_digest = digest_bytes(canonical_json(command), function)
+    invocation = {name: value for name, value in command.items() if name != "platform"}
+    invocation_digest = digest_bytes(canonical_json(invocation), function)
     files = [
         {"path": path, "digest": str(input_digests[path]), "is_executable": path in executable}
         for path in sorted(input_digests)
@@ -77,6 +82,7 @@ def compute_key(
         key=digest_bytes(canonical_json(encoded), function).hash,
         command_digest=command_digest.hash,
         input_root_digest=input_root_digest.hash,
+        invocation_digest=invocation_digest.hash,
         inputs={
             path: digest.hash + (" x" if path in executable else "")
             for path, digest in input_digests.items()

@@ -2,7 +2,8 @@
 
 Events: build_started, target_started, action_finished (executed, cached or
 failed, with timings; `cache` names the cache that hit: up-to-date, disk or
-remote; `remote_cache` is hit or miss where the remote cache was asked),
+remote; `remote_cache` is hit or miss where the remote cache was asked; `gpus` the ids of
+the GPUs it ran on here, as its CUDA_VISIBLE_DEVICES named them),
 target_finished, build_finished. Each line is written
 and flushed whole, so a reader tailing the file never sees half an event.
 """
@@ -50,6 +51,7 @@ class BuildEventWriter(Reporter):
             lane=outcome.lane,
             outputs=[f.path for f in outcome.action.outputs],
             failure=outcome.failure.message if outcome.failure else None,
+            gpus=list(outcome.gpus),
         )
 
     def close(self) -> None:

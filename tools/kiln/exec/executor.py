@@ -164,6 +164,8 @@ class Executor:
     def up_to_date(self, action: Action) -> ActionOutcome | None:
         """The no-op path, cheap enough for the scheduler's own thread: the action's key
         is what kiln-out/ was last built with, and its files there are untouched."""
+        if action.uncached:
+            return None
         try:
             key = self._key(action)
         except _ActionFailed:
@@ -185,14 +187,14 @@ class Executor:
             self.cas.put_file(source, output.digest, output.is_executable)
         return self.cas.has(output.digest, output.is_executable)
 
-    def execute(self, action: Action, lane: str) -> ActionOutcome:
+    def execute(self, action: Action, lane: str, gpus: tuple[str, ...] = ()) -> ActionOutcome:
         start = time.monotonic()
         try:
             key = self._key(action)
         except _ActionFailed as failed:
             return ActionOutcome(action, None, Failure(failed.message), lane=lane)
         try:
-            source, remote_miss = self._cached(action, key)
+            source, remote_miss = (None, False) if action.uncached else self._cached(action, key)
         except _ActionFailed as failed:
             return ActionOutcome(action, None, Failure(failed.message), key.key, lane=lane)
         if source is not None:
@@ -202,7 +204,7 @@ class Executor:
         if remote_miss and explanation:
             explanation = "remote cache miss; " + explanation
         try:
-            done = self._run_or_write(action, key, lane)
+            done = self._run_or_write(action, key, lane, gpus)
         except _ActionFailed as failed:
             done = _Done(None, lane, Failure(failed.message))
         if done.failure is None:
@@ -303,14 +305,16 @@ class Executor:
 
     # -- running --------------------------------------------------------------
 
-    def _run_or_write(self, action: Action, key: ActionKey, lane: str) -> _Done:
+    def _run_or_write(
+        self, action: Action, key: ActionKey, lane: str, gpus: tuple[str, ...]
+    ) -> _Done:
         """Run or write the action; once more if the outputs it stored left the cache before
         they were placed (a concurrent expunge of a shared disk cache)."""
         for attempt in range(2):
             try:
                 if action.content is not None:
                     return self._write(action, key, lane)
-                return self._run(action, key, lane)
+                return self._run(action, key, lane, gpus)
             except MissingBlob:
                 if attempt:
                     raise _ActionFailed(
@@ -330,8 +334,9 @@ class Executor:
         self._deliver(action, key, result)
         return _Done(Source.FILE_WRITE, lane)
 
-    def _run(self, action: Action, key: ActionKey, lane: str) -> _Done:
-        work = Work(action, key.key, self._input_files(action), self.outputs.executable, lane)
+    def _run(self, action: Action, key: ActionKey, lane: str, gpus: tuple[str, ...]) -> _Done:
+        inputs, executable = self._input_files(action), self.outputs.executable
+        work = Work(action, key.key, inputs, executable, lane, gpus)
         ran = self._strategies.pick(action).run(work)
         if ran.failure is not None or ran.result is None:
             return _Done(ran.source, ran.lane, ran.failure)

@@ -15,7 +15,7 @@ from kiln import state_file
 from kiln.action_graph import PIP_PROPERTY, Action
 from kiln.exec.action_key import ActionKey
 
-FORMAT = 1
+FORMAT = 2  # 2: keys hold invocation_digest
 
 
 def identity(action: Action) -> str:
@@ -55,7 +55,7 @@ class ExplainLog:
                     "python package changed: "
                     + ", ".join(_package_change(k, old.get(k), new.get(k)) for k in packages)
                 )
-        if before.command_digest != key.command_digest:
+        if before.invocation_digest != key.invocation_digest:
             reasons.append("command changed (arguments, environment or outputs)")
         changed_inputs = sorted(
             p for p in key.inputs.keys() & before.inputs.keys() if key.inputs[p] != before.inputs[p]

@@ -2,22 +2,29 @@
 
 Each child gets its own process group, so Ctrl-C and timeouts can stop the
 action with everything it started, and kiln's own signal handling is not
-disturbed by the child's. A Python action's symbolic interpreter is this
-build's (`python`, given at construction). With a sandbox (kiln.sandbox), the
-sandbox host starts the command instead, in a view of its execroot, its
-inputs (read-only) and the toolchain; timeouts and Ctrl-C work the same.
+disturbed by the child's. Without a sandbox the command runs under a small
+supervisor (kiln.process_tree.supervise, a child subreaper): what it left running
+when it ended, a `setsid` daemon too, is killed before its outputs are read. A
+Python action's symbolic interpreter is this build's (`python`, given at
+construction). With a sandbox (kiln.sandbox), the sandbox host starts the command
+instead, in a view of its execroot, its inputs (read-only) and the toolchain;
+timeouts and Ctrl-C work the same.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kiln import process_tree
 from kiln.exec.outcome import Source
 from kiln.exec.spawn import SpawnRequest, SpawnResult, resolve_argv
 
@@ -45,10 +52,13 @@ class LocalSpawner:
         argv = resolve_argv(request.argv, self._python)
         if self._sandbox is not None:
             return self._spawn_sandboxed(self._sandbox, argv, request)
+        missing = _missing_program(argv[0], request.execroot, request.env.get("PATH", os.defpath))
+        if missing:
+            return SpawnResult(127, 0.0, Source.RAN_LOCALLY, message=missing)
         with request.stdout.open("wb") as out, request.stderr.open("wb") as err:
             try:
                 process = subprocess.Popen(
-                    argv,
+                    process_tree.supervisor_argv(sys.executable, argv),
                     cwd=request.execroot,
                     env=dict(request.env),
                     stdin=subprocess.DEVNULL,
@@ -119,6 +129,16 @@ class LocalSpawner:
 
     def close(self) -> None:
         self.cancel_all()  # nothing runs at the end of a build; after Ctrl-C, nothing may
+
+
+def _missing_program(program: str, cwd: Path, path: str) -> str:
+    """Why `program` cannot be run, or "" (the supervisor would say it only on stderr)."""
+    if "/" in program:
+        where = cwd / program
+        found = program if os.access(where, os.X_OK) and where.is_file() else None
+    else:
+        found = shutil.which(program, path=path)
+    return "" if found else f"cannot run {program}: No such file or directory"
 
 
 def _signal_name(number: int) -> str:

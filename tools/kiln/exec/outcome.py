@@ -55,6 +55,7 @@ class ActionOutcome:
     explanation: str = ""  # --explain: why it was not a cache hit
     remote_miss: bool = False  # the remote cache was asked and had nothing usable
     printed: str = ""  # what a successful action wrote to stdout: Bazel's "INFO: From ..."
+    gpus: tuple[str, ...] = ()  # the ids of the GPUs it ran on here (scheduler.py)
 
     @property
     def status(self) -> Status:

@@ -46,8 +46,11 @@ class Sandboxing:
         output_base: OutputBase,
         disk_cache: DiskCache,
         warn: Callable[[str], None],
+        *,
+        detached: bool = False,  # hosts nobody's child: a Ray node's (client.Sandbox.start)
     ) -> None:
         self.enabled = enabled
+        self.detached = detached
         self._python = python
         self._workspace = workspace
         self._hidden = tuple(hidden)
@@ -96,7 +99,7 @@ class Sandboxing:
         torch_tmp.mkdir(parents=True, exist_ok=True)
         # The Python environments of actions with packages (kiln.pyenv) are toolchain
         # too, read-only: made outside the sandbox, before their actions run, in here.
-        environments = self._output_base.python_envs
+        environments = self._disk_cache.python_envs
         environments.mkdir(parents=True, exist_ok=True)
         config = SandboxConfig(
             toolchain=(*toolchain_dirs(self._hidden), str(environments)),
@@ -105,7 +108,7 @@ class Sandboxing:
             scratch=(str(self._workspace), str(self._output_base.execroot)),
         )
         try:
-            return Sandbox.start(self._python, config)
+            return Sandbox.start(self._python, config, detached=self.detached)
         except SandboxUnavailable as error:
             self._fall_back(error.message)
             return None

@@ -5,9 +5,11 @@ succeeded. A ready action that is up to date (ActionExecutor.up_to_date)
 finishes at once on the scheduler's own thread; the others start, in graph
 order, while their resources fit: `--jobs` CPU slots, `--gpus` GPU slots,
 and the `--local_ram_mb` memory budget; an action asking for more than the
-whole budget runs alone rather than never. On a failure, `--keep_going`
-goes on with everything that does not depend on it; without it no new
-action starts. Ctrl-C kills running actions (ActionExecutor.interrupt) and
+whole budget runs alone rather than never. The GPU slots are ids (gpu_pool.py):
+a GPU action holds the ids it was given from its start to its end, whatever
+the end, and the executor runs it with exactly those GPUs visible. On a
+failure, `--keep_going` goes on with everything that does not depend on it;
+without it no new action starts. Ctrl-C kills running actions (ActionExecutor.interrupt) and
 re-raises; nothing half-done is cached (see executor.py).
 
 State is kept by the action's index in the ActionGraph.
@@ -16,6 +18,7 @@ State is kept by the action's index in the ActionGraph.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import heapq
 import signal
@@ -26,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kiln.action_graph import Action, ActionGraph, Resources
-from kiln.exec.outcome import ActionOutcome
+from kiln.exec.gpu_pool import GpuPool
+from kiln.exec.outcome import ActionOutcome, Source
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,9 @@ class ActionExecutor(Protocol):
         """The outcome of an action with nothing to do, or None; cheap, no thread."""
         ...
 
-    def execute(self, action: Action, lane: str) -> ActionOutcome:
-        """Run (or fetch) the action; called on one of `jobs` threads."""
+    def execute(self, action: Action, lane: str, gpus: tuple[str, ...] = ()) -> ActionOutcome:
+        """Run (or fetch) the action; called on one of `jobs` threads. `gpus`: the ids of
+        the GPUs it holds (gpu_pool.py), which a local run makes all it sees."""
         ...
 
     def interrupt(self) -> None:
@@ -87,15 +92,22 @@ class Scheduler:
         *,
         keep_going: bool,
         reserved: Callable[[Action], Resources] | None = None,
+        failure_stops: Callable[[Action], bool] = lambda action: True,
+        gpu_ids: tuple[str, ...] | None = None,
     ):
         self.graph = graph
         self.limits = limits
         self.executor = executor
         self.reporter = reporter
         self.keep_going = keep_going
+        # Whether a failure of the action stops the build without --keep_going: a failed
+        # test does not (kiln test runs every test, as Bazel does).
+        self.failure_stops = failure_stops
         # What an action holds of this host while it runs: its resources, or only a job
         # slot for one that runs elsewhere (exec/placement.py).
         self.reserved = reserved or (lambda action: action.resources)
+        # The GPUs' ids (host.gpu_pool_ids); CUDA indices when not given.
+        self.gpu_ids = gpu_ids if gpu_ids is not None else tuple(map(str, range(limits.gpus)))
         self._lanes = threading.local()
         self._lane_counter = 0
         self._lane_lock = threading.Lock()
@@ -112,11 +124,17 @@ class Scheduler:
             self._lanes.name = lane
         return lane
 
-    def run_one(self, action: Action) -> ActionOutcome:
-        """On a pool thread: one action, on its lane."""
+    def run_one(self, action: Action, gpus: tuple[str, ...]) -> ActionOutcome:
+        """On a pool thread: one action, on its lane, with the GPUs it holds."""
         lane = self._lane()
         self.reporter.action_started(action, lane)
-        return self.executor.execute(action, lane)
+        outcome = self.executor.execute(action, lane, gpus)
+        if gpus and outcome.source in _RAN_HERE:  # which GPUs it ran on: events, --explain
+            outcome = dataclasses.replace(outcome, gpus=gpus)
+        return outcome
+
+
+_RAN_HERE = (Source.RAN_LOCALLY, Source.RAN_IN_WORKER)
 
 
 class _Run:
@@ -130,10 +148,12 @@ class _Run:
         self.ready = [i for i, n in enumerate(self.unfinished) if n == 0]  # a heap
         heapq.heapify(self.ready)
         self.runnable: list[int] = []  # ready, not up to date, waiting for resources; sorted
+        self.gpus = GpuPool(scheduler.gpu_ids)
         self.result = ScheduleResult()
 
     def run(self) -> ScheduleResult:
         running: dict[Future[ActionOutcome], int] = {}
+        holding: dict[int, tuple[str, ...]] = {}  # the GPU ids of each running action
         used = Resources(cpu=0, gpu=0, memory_mb=0)
         stop = False
         jobs = max(1, self.s.limits.jobs)
@@ -147,7 +167,8 @@ class _Run:
                         if self._fits(need, used, idle=not running):
                             with _ctrl_c_deferred():  # a started action is always waited for
                                 action = self.s.graph.actions[index]
-                                running[pool.submit(self.s.run_one, action)] = index
+                                gpus = holding[index] = self.gpus.take(need.gpu)
+                                running[pool.submit(self.s.run_one, action, gpus)] = index
                             self.state[index] = _State.RUNNING
                             self.runnable.remove(index)
                             used = _add(used, need, 1)
@@ -157,8 +178,13 @@ class _Run:
                 for future in sorted(done, key=running.__getitem__):
                     index = running.pop(future)
                     used = _add(used, self.s.reserved(self.s.graph.actions[index]), -1)
-                    if not self._finish(index, future.result()):
-                        stop = stop or not self.s.keep_going
+                    try:
+                        if not self._finish(index, future.result()):
+                            stops = self.s.failure_stops(self.s.graph.actions[index])
+                            stop = stop or (stops and not self.s.keep_going)
+                    finally:
+                        # After its action_finished event: no event shows two at once.
+                        self.gpus.give_back(holding.pop(index))
             if stop:
                 self._skip_the_rest()
         except KeyboardInterrupt:
@@ -224,7 +250,7 @@ class _Run:
         limits = self.s.limits
         if used.cpu + need.cpu > limits.jobs:
             return False
-        if need.gpu and used.gpu + need.gpu > limits.gpus:
+        if need.gpu and (used.gpu + need.gpu > limits.gpus or need.gpu > self.gpus.free):
             return False
         return not (limits.memory_mb and used.memory_mb + need.memory_mb > limits.memory_mb)
 

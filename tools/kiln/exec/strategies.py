@@ -20,6 +20,7 @@ import contextlib
 import os
 import sys
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from kiln.cache.cas import BlobState, ContentStore
 from kiln.cache.digest import Digest
 from kiln.errors import KilnError
 from kiln.exec.execroot import Execroots, InputUnavailable
+from kiln.exec.gpu_pool import cuda_env
 from kiln.exec.outcome import Failure, Source
 from kiln.exec.placement import Placement, PlacementPolicy
 from kiln.exec.run_in_execroot import (
@@ -41,6 +43,7 @@ from kiln.exec.run_in_execroot import (
     run_in_execroot,
 )
 from kiln.exec.sandboxing import Sandboxing
+from kiln.layout import DiskCache
 
 if TYPE_CHECKING:
     from kiln.cache.digest_cache import FileDigestCache
@@ -60,6 +63,7 @@ class Work:
     inputs: Mapping[str, Digest]  # every concrete input file, by path
     executable: Set[str]  # the generated files that are executable
     lane: str
+    gpus: tuple[str, ...] = ()  # the GPU ids it holds (gpu_pool.py): all a run here sees
 
 
 class Strategy(Protocol):
@@ -138,6 +142,7 @@ class Host:
         first if need be: kiln.pyenv), whatever interpreter analysis wrote in argv. The
         worker spawner pools workers by that interpreter, so by environment."""
         env = {VERBOSE_FAILURES_ENV: "1"} if self.settings.verbose_failures else {}
+        env.update(cuda_env(work.action.resources.gpu, work.gpus))
         return Job(
             work.action,
             self._argv(work.action),
@@ -156,7 +161,7 @@ class Host:
                 from kiln.pyenv.environment import EnvironmentStore
 
                 self._environments = EnvironmentStore(
-                    self.output_base.python_envs,
+                    DiskCache(self.cas.root).python_envs,
                     self.settings.python or sys.executable,
                     find_links=self.settings.pip_find_links,
                     report=self.report,
@@ -189,25 +194,22 @@ def _run_here(
     return run_in_execroot(job, spawner(), host.machine, claim)
 
 
-class LocalStrategy:
-    """A plain process here; a Python action stays out of persistent workers."""
+class _SpawnerHere(ABC):
+    """What the local and worker strategies share: their spawner, made at first use (the
+    sandbox's host starts then), and cancelling or closing it if it was made."""
 
     def __init__(self, host: Host, spawner: Spawner | None = None) -> None:
         self.host = host
         self._spawner = spawner  # made at first use when not given (a test gives a fake)
 
+    @abstractmethod
+    def _make_spawner(self) -> Spawner: ...
+
     def spawner(self) -> Spawner:
         with self.host.lock:
             if self._spawner is None:
-                from kiln.exec.local_spawner import LocalSpawner
-
-                sandbox = self.host.sandboxing.get()
-                self._spawner = LocalSpawner(self.host.settings.python, sandbox)
-                self.host.started(self._spawner)
+                self._spawner = self.host.started(self._make_spawner())
             return self._spawner
-
-    def run(self, work: Work) -> Ran:
-        return _run_here(self.host, work, self.spawner)
 
     def cancel_all(self) -> None:
         if self._spawner is not None:
@@ -218,41 +220,40 @@ class LocalStrategy:
             self._spawner.close()
 
 
-class WorkerStrategy:
+class LocalStrategy(_SpawnerHere):
+    """A plain process here; a Python action stays out of persistent workers."""
+
+    def _make_spawner(self) -> Spawner:
+        from kiln.exec.local_spawner import LocalSpawner
+
+        return LocalSpawner(self.host.settings.python, self.host.sandboxing.get())
+
+    def run(self, work: Work) -> Ran:
+        return _run_here(self.host, work, self.spawner)
+
+
+class WorkerStrategy(_SpawnerHere):
     """A `python -m` action in a persistent worker here; any other as `local` runs it."""
 
     def __init__(self, host: Host, local: LocalStrategy) -> None:
-        self.host = host
+        super().__init__(host)
         self.local = local
-        self._spawner: Spawner | None = None
 
-    def spawner(self) -> Spawner:
-        with self.host.lock:
-            if self._spawner is None:
-                from kiln.exec.worker_spawner import WorkerSpawner
+    def _make_spawner(self) -> Spawner:
+        from kiln.exec.worker_spawner import WorkerSpawner
 
-                settings = self.host.settings
-                self._spawner = WorkerSpawner(
-                    settings.python,
-                    settings.worker_max_instances,
-                    settings.worker_preload,
-                    self.host.sandboxing.get(),
-                )
-                self.host.started(self._spawner)
-            return self._spawner
+        settings = self.host.settings
+        return WorkerSpawner(
+            settings.python,
+            settings.worker_max_instances,
+            settings.worker_preload,
+            self.host.sandboxing.get(),
+        )
 
     def run(self, work: Work) -> Ran:
         if not work.action.supports_workers:
             return self.local.run(work)
         return _run_here(self.host, work, self.spawner)
-
-    def cancel_all(self) -> None:
-        if self._spawner is not None:
-            self._spawner.cancel_all()
-
-    def close(self) -> None:
-        if self._spawner is not None:
-            self._spawner.close()
 
 
 class RemoteStrategy:
@@ -282,6 +283,7 @@ class RemoteStrategy:
         self.interrupted = False
         self._lock = threading.Lock()
         self._wheels: WheelStore | None = None
+        self._fell_back = False  # said that actions run here instead
 
     def run(self, work: Work) -> Ran:
         ran = self.run_remotely(work)
@@ -333,6 +335,7 @@ class RemoteStrategy:
         if self.interrupted:
             return Ran(None, lane, failure=Failure("interrupted"))
         if ran.unreachable and self.fallback(action) is not None:
+            self._falling_back(ran.ended.failure_message)
             return None
         if ran.result is None:
             ran_at = None if ran.unreachable else Source.RAN_REMOTELY
@@ -340,6 +343,14 @@ class RemoteStrategy:
         if claim is not None and not claim():
             return Ran(None, lane, failure=Failure("the local run finished first"))
         return Ran(Source.RAN_REMOTELY, lane, ran.result, printed=ran.printed)
+
+    def _falling_back(self, why: str) -> None:
+        """Say once that actions run here, not on the cluster, and why."""
+        with self._lock:
+            if self._fell_back:
+                return
+            self._fell_back = True
+        self.report(f"{why.rstrip('.')}; running actions here instead (--remote_local_fallback)")
 
     def _remote_wheels(self, action: Action) -> tuple[RemoteWheel, ...]:
         """The wheels a node installs to make the action's environment, by digest: those

@@ -29,7 +29,12 @@ FORMAT = 2
 WHAT = "the graph cache"
 # The code that shapes a Package: BUILD evaluation and the rule catalogue's schemas,
 # and the packages of `@pip` made from a lock.
-LOADING_CODE = ("kiln.loading.build_file", "kiln.loading.pip_repository", "kiln.rules.*")
+LOADING_CODE = (
+    "kiln.loading.build_file",
+    "kiln.loading.pip_repository",
+    "kiln.rules.*",
+    "kiln.rules.testing.*",
+)
 
 
 class GraphCache:

@@ -1,6 +1,6 @@
 """The Python environments kiln's Python actions run in: the toolchain plus a locked closure.
 
-    <output base>/python-envs/
+    <disk cache>/python-envs/
         <digest>/                       one environment: a venv without system site-packages
             pyvenv.cfg                  home = the toolchain's base interpreter
             bin/python                  -> that interpreter
@@ -11,6 +11,11 @@
                 _kiln_toolchain.pth     imports the toolchain from where it is installed
             kiln-env.json               written last: an environment without it is unfinished
         <digest>.lock                   held while it is made (flock)
+        <digest>.in-use                 held shared by each process using it (flock); its
+                                        mtime is the last use. The disk cache's collection
+                                        (cache/gc.py) removes the least recently used
+                                        environments whole, never one in use; so does
+                                        `kiln clean --expunge_disk_cache`
 
 An action's environment holds the toolchain (torch and what it needs, the
 libraries kiln's actions use, Torch-TensorRT where installed) and exactly the

@@ -1,15 +1,16 @@
 """EnvironmentStore: the interpreter of the environment holding the toolchain plus a closure.
 
-    store = EnvironmentStore(output_base / "python-envs", sys.executable, find_links=(...))
+    store = EnvironmentStore(disk_cache / "python-envs", sys.executable, find_links=(...))
     python = store.python_for(action.python_env)     # made on first use, then a stat
 
 Made once per closure (and toolchain), in place under its digest, and usable
 only once its manifest (kiln-env.json) is written, last and atomically: an
 environment a crash or a failed install left behind has no manifest, is never
 used, and is removed and made again by the next build that needs it. An flock
-per environment keeps two kiln processes sharing an output base from making
+per environment keeps two kiln processes sharing a disk cache from making
 the same one at once; a lock per digest does the same for this process's
-threads.
+threads. Another, held shared while a process uses it (hold_in_use), keeps the
+disk cache's collection from removing it meanwhile.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 from kiln import code_digest
 from kiln.action_graph import PythonPackage
 from kiln.errors import KilnError
+from kiln.layout import PYTHON_ENV_IN_USE
 from kiln.pip_lock import normalized
 from kiln.pyenv import pip, toolchain
 
@@ -55,7 +57,10 @@ class EnvironmentStore:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def python_for(self, packages: Sequence[PythonPackage]) -> str:
-        """The interpreter of the environment of the toolchain and exactly `packages`."""
+        """The interpreter of the environment of the toolchain and exactly `packages`.
+
+        The environment is held in use by this process from now on (hold_in_use): the
+        disk cache's collection never removes it while this process lives."""
         packages = tuple(sorted(set(packages)))
         digest = self.digest(packages)
         ready = self._ready.get(digest)
@@ -64,9 +69,10 @@ class EnvironmentStore:
         with self._lock:
             lock = self._locks.setdefault(digest, threading.Lock())
         with lock:
+            self.root.mkdir(parents=True, exist_ok=True)
+            hold_in_use(self.root, digest)
             env = self.root / digest
             if not (env / MANIFEST).is_file():
-                self.root.mkdir(parents=True, exist_ok=True)
                 with flock(self.root / f"{digest}.lock"):
                     if not (env / MANIFEST).is_file():
                         self._make(env, packages)
@@ -205,7 +211,7 @@ def toolchain_clash(entry: str, owner: str) -> PythonEnvError:
 # Imported by a .pth at start-up: the toolchain's modules are imported from where they are
 # installed, not through the environment's symlinks, so their __file__ (and everything
 # derived from it: inductor's -I flags, which end up in a package's bytes) is the same
-# whichever environment, in whichever output base, imports them.
+# whichever environment, in whichever disk cache, imports them.
 _FINDER = """\
 \"\"\"The toolchain's modules, from where they are installed (made by kiln.pyenv).\"\"\"
 import importlib.machinery
@@ -315,6 +321,28 @@ def _write_manifest(
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, env / MANIFEST)
+
+
+# Each environment this process uses: the descriptor of its in-use lock, held shared for
+# the process's life (a build; a node's Ray worker), by path.
+_in_use: dict[str, int] = {}
+_in_use_lock = threading.Lock()
+
+
+def hold_in_use(root: Path, digest: str) -> None:
+    """Hold `<root>/<digest>.in-use` shared for the rest of this process, and mark the
+    environment used now (the lock file's mtime: the collection removes the least recently
+    used first). The collection takes it exclusively, without waiting, to remove the
+    environment: so it never removes one a process uses, and a process that comes while
+    it removes one waits here, then finds no manifest and makes the environment again."""
+    path = root / f"{digest}{PYTHON_ENV_IN_USE}"
+    with _in_use_lock:
+        if str(path) in _in_use:
+            return
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        os.utime(fd)
+        _in_use[str(path)] = fd
 
 
 @contextlib.contextmanager

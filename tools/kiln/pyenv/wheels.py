@@ -13,8 +13,8 @@ or `--pip_find_links` wheelhouses: the wheel this machine would install) into
         <sha256>/<wheel file name>      read-only; named by the lock's hash
         .lock                           held while pip downloads (flock)
 
-in the output base beside the environments made from the same lock, so
-`kiln clean --expunge` removes both. A wheel is placed only once its sha256 is
+in the output base, so `kiln clean --expunge` removes them (the environments
+made from them are the disk cache's, collected with it). A wheel is placed only once its sha256 is
 one the lock pins, and checked again the first time a build uses it: one that
 no longer matches (edited in place, half-written by a crash) is removed and
 downloaded again. A lock pins a wheel per platform at most; the node's

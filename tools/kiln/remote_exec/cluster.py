@@ -50,12 +50,14 @@ class Cluster:
     # -- connecting -----------------------------------------------------------------
 
     def connect(self) -> None:
-        """Connect once; ClusterUnreachable (the same one, every time) if that fails."""
+        """Connect once; ClusterUnreachable (the same one, every time) if that fails, or
+        once the cluster was lost: after a lost connection every call of Ray's API would
+        start a Ray instance on this machine (ray.init's default) instead of failing."""
         with self._lock:
-            if self._connected:
-                return
             if self._failed is not None:
                 raise ClusterUnreachable(self._failed)
+            if self._connected:
+                return
             try:
                 self._connect()
             except ClusterUnreachable as error:
@@ -99,6 +101,9 @@ class Cluster:
                         f"cannot connect to the Ray cluster at {where}: {text}"
                     ) from None
                 time.sleep(1.0)
+        # ray.init set this one's level of its own: a lost head would print "Log channel
+        # is reconnecting ..." (kiln says what it does about a lost cluster itself).
+        logging.getLogger("ray.util.client.logsclient").setLevel(logging.ERROR)
         self._run_task = ray.remote(node_runner.run_task)
 
     def close(self) -> None:
@@ -158,6 +163,7 @@ class Cluster:
         A task that failed in Ray (its worker died more often than it is retried, it
         was cancelled) raises TaskLost with Ray's reason.
         """
+        self.connect()
         import ray
 
         try:
@@ -180,6 +186,9 @@ class Cluster:
 
     def cancel(self, ref: ObjectRef[TaskResult]) -> None:
         """Kill the task's worker process (and so its command: supervisor.py)."""
+        with self._lock:
+            if self._failed is not None:  # lost: nothing runs for us there any more
+                return
         import ray
 
         # It may have ended meanwhile, or the connection be gone: nothing runs for us then.

@@ -5,7 +5,8 @@
 The driver sent the wheels the environment installs (RemoteTask.wheels: file
 name and digest; their bytes are blobs of the remote cache, uploaded by the
 driver). The node makes the environment as a local build does, with
-kiln.pyenv's EnvironmentStore under `<worker root>/python-envs/`, once per
+kiln.pyenv's EnvironmentStore under `<worker root>/cache/python-envs/` (its disk
+cache's, as a local build's are: the sandbox shows them read-only), once per
 closure (and toolchain) and reused by every later action needing it: its
 manifest is the check, so a node that has one fetches no wheel at all. To make
 one:
@@ -34,10 +35,9 @@ from kiln.cache.digest import Digest
 from kiln.cache.remote_store import RemoteError, RemoteStore
 from kiln.errors import KilnError
 from kiln.exec.execroot import delete
+from kiln.layout import DiskCache
 from kiln.pyenv.environment import EnvironmentStore
 from kiln.remote_exec.protocol import RemoteTask, TaskWheel
-
-ENVS = "python-envs"  # under the worker root
 
 
 class EnvironmentFailed(Exception):
@@ -57,7 +57,7 @@ def interpreter(
     """The interpreter of the action's environment on this node, made first if need be."""
     packages = task.action.python_env or ()
     store = EnvironmentStore(
-        root / ENVS,
+        DiskCache(root / "cache").python_envs,
         sys.executable,  # this node's toolchain: the interpreter its Ray workers run
         find_links=(str(wheelhouse),),
         offline=True,

@@ -8,7 +8,8 @@
     3. run_in_execroot (exec/run_in_execroot.py), as the driver does: a private execroot
        of only the declared inputs (read-only hardlinks of CAS blobs), the output
        directories, .tmp; the action's fixed environment plus TMPDIR and the GPUs Ray gave
-       the task (CUDA_VISIBLE_DEVICES), neither in the key; the command in a sandbox where
+       the task (CUDA_VISIBLE_DEVICES as Ray set it; empty for an action needing no GPU,
+       which sees none), neither in the key; the command in a sandbox where
        the kernel allows (exec/sandboxing.py), so it reads no undeclared file and writes
        nowhere else; a write through an input fails it; outputs into the node's CAS
     4. the spawner: a `python -m` action that supports workers (and needs no GPU) runs
@@ -23,7 +24,7 @@
 Nothing is stored for a failure, a timeout or a cancel. The node keeps its
 state under $KILN_WORKER_ROOT (default: <cache home>/remote-worker): `cache/`
 is its CAS, `execroot/` the execroots of running actions (and the wheelhouses
-of environments being made), `python-envs/` the Python environments.
+of environments being made), `cache/python-envs/` the Python environments.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from kiln.cache.cas import BlobMismatch, ContentStore
 from kiln.cache.digest import Digest
 from kiln.cache.remote_store import RemoteError, RemoteStore
 from kiln.exec.execroot import delete
+from kiln.exec.gpu_pool import CUDA_VISIBLE_DEVICES, cuda_env
 from kiln.exec.outcome import Source
 from kiln.exec.platform_match import describe, mismatches
 from kiln.exec.run_in_execroot import Job, Machine, RunFailed, run_in_execroot
@@ -133,10 +135,7 @@ def _run_in(
     python: str,
 ) -> TaskResult:
     action = task.action
-    env = {}
-    gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if action.resources.gpu and gpus is not None:
-        env["CUDA_VISIBLE_DEVICES"] = gpus  # the GPUs Ray reserved for this task
+    env = task_gpu_env(action, os.environ.get(CUDA_VISIBLE_DEVICES))
     argv = action.argv
     if action.python_env is not None:
         argv = (python, *argv[1:])  # its environment's interpreter
@@ -164,6 +163,15 @@ def _run_in(
         message = f"cannot upload its outputs: {error.message}"
         return TaskResult(dataclasses.replace(ended, message=message))
     return TaskResult(ended, printed=ran.printed, result=ran.result)
+
+
+def task_gpu_env(action: Action, ray_gpus: str | None) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES for an action on this node: for a GPU action, the GPUs Ray
+    reserved for its task, as Ray set them in this process (the driver assigns a remote
+    action no ids of its own, and nothing here renumbers Ray's); none for the others."""
+    if not action.resources.gpu:
+        return cuda_env(0, None)
+    return {} if ray_gpus is None else {CUDA_VISIBLE_DEVICES: ray_gpus}
 
 
 class _OneExecroot:
@@ -203,6 +211,9 @@ class _NodeMachine:
             output_base=OutputBase(root),
             disk_cache=DiskCache(root / "cache"),
             warn=lambda message: print(f"WARNING: {message}", file=sys.stderr),
+            # A forced ray.cancel kills this process and its children: a host that is
+            # nobody's child lives on to see its lifeline end, and kills its command.
+            detached=True,
         )
         self._lock = threading.Lock()
         self._plain: SupervisorSpawner | None = None

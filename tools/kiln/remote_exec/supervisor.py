@@ -67,7 +67,8 @@ _SUPERVISOR_START_S = 30.0  # for the supervisor to report its pid (a loaded mac
 class SupervisorSpawner:
     """The Spawner (exec/spawn.py) of a worker node's plain commands: each under the
     supervisor. With a sandbox, the sandbox host starts the command instead: it holds a
-    lifeline of its own (sandbox/client.py), so it too dies with the Ray worker."""
+    lifeline of its own (sandbox/client.py), and on a node it is started detached, nobody's
+    child, so a cancel that kills the Ray worker's children leaves it to kill the command."""
 
     def __init__(self, python: str, sandbox: Sandbox | None = None) -> None:
         self._python = python

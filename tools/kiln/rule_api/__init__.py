@@ -2,7 +2,7 @@
 
     from kiln.rule_api import LabelAttr, Rule, RuleAttrs, RuleContext, DefaultInfo, ...
 
-A rule is a module of the catalogue (rules/<name>.py) defining an attribute
+A rule is a module of the catalogue (rules/<folder>/<name>.py) defining an attribute
 schema (a RuleAttrs pydantic model) and `impl(ctx: RuleContext) -> providers`,
 joined in `RULE = Rule(...)`. Through the context it declares outputs and the
 actions that make them; the actions' specs are typed records
@@ -45,35 +45,59 @@ from kiln.action_specs import (
     WeightsForm,
     WeightsSpec,
 )
+from kiln.actions.tensorrt.settings import FORCED_OFF as TRT_FORCED_OFF
 from kiln.cc_templates import class_name, environment
 from kiln.cpu_isa import DEFAULT_TARGET as DEFAULT_CPU_TARGET
 from kiln.cpu_isa import Isa
 from kiln.cpu_isa import resolve as resolve_cpu_target
 from kiln.host_facts import GPUS, Gpu, HostFacts, Toolchain
 from kiln.label import Label
+from kiln.model_test_specs import (
+    ERROR_METRICS,
+    LABEL_METRIC_PREFIX,
+    ArtifactSpec,
+    BenchmarkSpec,
+    Bound,
+    DatasetFormat,
+    DatasetSpec,
+    EagerOutputsSpec,
+    ModelTestSpec,
+)
+from kiln.package_specs import ManifestSpec, TrtPackageSpec, TrtRefitSpec
 from kiln.rule_api.attrs import LabelAttr, LabelListAttr, OutputAttr, OutputListAttr, RuleAttrs
 from kiln.rule_api.context import ActionFactory, AnalysisError, RuleContext
-from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo
+from kiln.rule_api.providers import AnalyzedTarget, DefaultInfo, weights_file_of
 from kiln.rule_api.rule import Rule
-from kiln.tensorrt_settings import FORCED_OFF as TRT_FORCED_OFF
+from kiln.rule_api.testing import TestInfo, TestSize, TestTimeout, declare_test
+from kiln.test_results import BASELINE_ENV
+from kiln.windows_specs import WindowsCompileSpec, WindowsTorch, WindowsValidateSpec
 
 __all__ = [
+    "BASELINE_ENV",
     "DEFAULT_CPU_TARGET",
+    "ERROR_METRICS",
     "GPUS",
     "INTEGER_DTYPES",
+    "LABEL_METRIC_PREFIX",
     "PYTHON_ACTION_ENV",
     "TRT_FORCED_OFF",
     "ActionFactory",
     "AnalysisError",
     "AnalyzedTarget",
+    "ArtifactSpec",
     "Backend",
+    "BenchmarkSpec",
+    "Bound",
     "BuildGpu",
     "CompileSpec",
     "CpuTarget",
     "DType",
+    "DatasetFormat",
+    "DatasetSpec",
     "DefaultInfo",
     "Device",
     "DynamicDim",
+    "EagerOutputsSpec",
     "ExportSpec",
     "FactoryValue",
     "File",
@@ -84,9 +108,11 @@ __all__ = [
     "Label",
     "LabelAttr",
     "LabelListAttr",
+    "ManifestSpec",
     "ModelSignature",
     "ModelSource",
     "ModelSpec",
+    "ModelTestSpec",
     "OutputAttr",
     "OutputListAttr",
     "PackageSpec",
@@ -101,15 +127,25 @@ __all__ = [
     "TargetPlatform",
     "TensorRTSettings",
     "TensorSpec",
+    "TestInfo",
+    "TestSize",
+    "TestTimeout",
     "Toolchain",
     "TrtCompileSpec",
     "TrtEngineSpec",
     "TrtLoaderSpec",
+    "TrtPackageSpec",
     "TrtRefit",
+    "TrtRefitSpec",
     "ValidateSpec",
     "WeightsForm",
     "WeightsSpec",
+    "WindowsCompileSpec",
+    "WindowsTorch",
+    "WindowsValidateSpec",
     "class_name",
+    "declare_test",
     "environment",
     "resolve_cpu_target",
+    "weights_file_of",
 ]

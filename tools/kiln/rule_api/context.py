@@ -88,6 +88,7 @@ class ActionFactory:
         outputs: Sequence[File],
         packages: Sequence[str] = (),
         python_env: Sequence[PythonPackage] = (),
+        needs: File | None = None,
         platform: Mapping[str, str] | None = None,
         resources: Resources,
         supports_workers: bool = True,
@@ -101,18 +102,26 @@ class ActionFactory:
         argv[0] is PYTHON_INTERPRETER, a name the executor and the spawner resolve (to
         the environment's interpreter, or this build's), never a path: the key is the
         same wherever Python is installed.
+
+        `needs`: the action only loads an exported program, and reads of `python_env`
+        only what TorchExport's record of the program's needs names
+        (kiln.actions.program_needs). That record is an input, and it holds the key's
+        packages in place of the environment's `pip:` pins: a library bump that leaves
+        the program alone leaves this action's key alone.
         """
+        keyed_env = () if needs is not None else python_env
+        gpu = resources.gpu > 0
         return self._declare(
             Action(
                 owner=self.owner,
                 mnemonic=mnemonic,
                 argv=(PYTHON_INTERPRETER, "-m", f"kiln.actions.{module}", spec.path),
-                inputs=(spec, *inputs),
+                inputs=(spec, *inputs, *([needs] if needs is not None else [])),
                 outputs=tuple(outputs),
                 env=tuple(PYTHON_ACTION_ENV.items()),
                 platform=tuple(
                     {
-                        **self.python_platform(module, packages, python_env, gpu=resources.gpu > 0),
+                        **self.python_platform(module, packages, keyed_env, gpu=gpu),
                         **(platform or {}),
                     }.items()
                 ),
@@ -163,6 +172,37 @@ class ActionFactory:
             progress_message=progress_message,
         )
         return self._declare(action)
+
+    def run_test(
+        self,
+        *,
+        mnemonic: str,
+        argv: Sequence[str],
+        inputs: Sequence[File],
+        outputs: Sequence[File],
+        env: Mapping[str, str],
+        platform: Mapping[str, str],
+        resources: Resources,
+        python_env: Sequence[PythonPackage],
+        progress_message: str,
+    ) -> Action:
+        """A test's action (kiln.rule_api.testing.declare_test): run by the toolchain's Python
+        in the environment of `python_env`, never in a persistent worker (a test may crash
+        or hang; it is killed alone)."""
+        return self._declare(
+            Action(
+                owner=self.owner,
+                mnemonic=mnemonic,
+                argv=tuple(argv),
+                inputs=tuple(inputs),
+                outputs=tuple(outputs),
+                env=tuple(env.items()),
+                platform=tuple(platform.items()),
+                resources=resources,
+                progress_message=progress_message,
+                python_env=tuple(python_env),
+            )
+        )
 
     def write(self, output: File, content: str | bytes, *, is_executable: bool = False) -> Action:
         """A file whose content analysis already knows (specs, generated sources)."""

@@ -31,3 +31,9 @@ class AnalyzedTarget:
     def files(self) -> tuple[File, ...]:
         info: DefaultInfo | None = self.providers.get(DefaultInfo)
         return info.files if info else ()
+
+
+def weights_file_of(package: str) -> str:
+    """The weights file beside a package: resnet_pt2.pt2 -> resnet_pt2.weights.safetensors.
+    Part of aoti_package's contract with the rules that read its outputs (model_test)."""
+    return package.removesuffix(".pt2") + ".weights.safetensors"

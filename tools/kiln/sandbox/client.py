@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import select
+import signal
 import subprocess
 import threading
 import time
@@ -45,9 +46,12 @@ class SandboxRun:
 
 
 class Sandbox:
-    def __init__(self, python: str, config: SandboxConfig, first: _Host) -> None:
+    def __init__(
+        self, python: str, config: SandboxConfig, first: _Host, detached: bool = False
+    ) -> None:
         self.python = python
         self.config = config
+        self.detached = detached
         self._lock = threading.Lock()
         self._idle = [first]
         self._all = [first]
@@ -55,10 +59,16 @@ class Sandbox:
         self._closed = False
 
     @staticmethod
-    def start(python: str, config: SandboxConfig) -> Sandbox:
+    def start(python: str, config: SandboxConfig, *, detached: bool = False) -> Sandbox:
         """Start the first host; SandboxUnavailable (with the kernel's reason) if it cannot
-        make its namespaces."""
-        return Sandbox(python, config, _Host.start(python, config))
+        make its namespaces.
+
+        `detached`: each host is nobody's child (it forks away from the process that
+        starts it), for a Ray worker: a forced ray.cancel kills the worker and its
+        children, and a killed host would leave its command running in the command's
+        own session. A detached host outlives the worker just long enough to see its
+        lifeline end, and kills the command's group."""
+        return Sandbox(python, config, _Host.start(python, config, detached), detached)
 
     def run(
         self,
@@ -135,7 +145,7 @@ class Sandbox:
                 return None
             if self._idle:
                 return self._idle.pop()
-        host = _Host.start(self.python, self.config)
+        host = _Host.start(self.python, self.config, self.detached)
         with self._lock:
             self._all.append(host)
         return host
@@ -158,9 +168,15 @@ class _Host:
     """One host process running commands, one at a time."""
 
     def __init__(
-        self, process: subprocess.Popen[bytes], requests: int, responses: int, lifeline: int
+        self,
+        process: subprocess.Popen[bytes],
+        requests: int,
+        responses: int,
+        lifeline: int,
+        pidfd: int | None = None,
     ) -> None:
-        self._process = process
+        self._process = process  # a detached host's launcher, which has exited
+        self._pidfd = pidfd  # a detached host's, which kiln cannot wait for
         self._requests = requests
         self._responses = responses
         self._lifeline = lifeline
@@ -171,11 +187,13 @@ class _Host:
         self._closed = False
 
     @staticmethod
-    def start(python: str, config: SandboxConfig) -> _Host:
+    def start(python: str, config: SandboxConfig, detached: bool = False) -> _Host:
         request_r, request_w = os.pipe()
         response_r, response_w = os.pipe()
         lifeline_r, lifeline_w = os.pipe()
         argv = _host_argv(python, config, request_r, response_w, lifeline_r)
+        if detached:
+            argv += ["--detach", "1"]
         try:
             process = subprocess.Popen(
                 argv,
@@ -201,6 +219,11 @@ class _Host:
                 os.close(fd)
             reason = (hello or {}).get("error") or f"the host exited with {process.returncode}"
             raise SandboxUnavailable(str(reason))
+        if detached:
+            process.wait()  # the launcher, gone once the host forked away
+            # A pidfd, taken while the host lives: closing it never signals a reused pid.
+            pidfd = os.pidfd_open(int(hello["pid"]))
+            return _Host(process, request_w, response_r, lifeline_w, pidfd)
         return _Host(process, request_w, response_r, lifeline_w)
 
     def run(
@@ -245,11 +268,17 @@ class _Host:
                 return
             self._closed = True
             os.close(self._requests)  # its end of file: the host exits
-        try:
-            self._process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+        if self._pidfd is not None:
+            if not _ended(self._pidfd, 5.0):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                _ended(self._pidfd, None)
+            os.close(self._pidfd)
+        else:
+            try:
+                self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
         os.close(self._responses)
         os.close(self._lifeline)
 
@@ -267,6 +296,13 @@ class _Host:
             if not poller.poll(int(remaining * 1000) + 1):
                 return None
         return read_frame(self._responses)
+
+
+def _ended(pidfd: int, timeout: float | None) -> bool:
+    """Whether the process of `pidfd` ended within `timeout` seconds (None: waits)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(None if timeout is None else int(timeout * 1000)))
 
 
 def _host_argv(

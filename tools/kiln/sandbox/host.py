@@ -2,6 +2,9 @@
 
     python -m kiln.sandbox.host --request-fd R --response-fd W --lifeline-fd L --config JSON
         runs commands, one at a time (client.py keeps one host per command running at once)
+    ... --detach 1
+        the same, forked away from its starter first (on a Ray node: a forced cancel
+        kills the Ray worker's children, and a host must live to kill its command)
     ... -- python -m kiln.workers.main --request-fd R --response-fd W ...
         runs a persistent worker, and remakes its view before each of its requests
 
@@ -19,7 +22,8 @@ place costs a few mounts, and a command starts with posix_spawn (vfork).
 
 Commands, on the host's own pipes (frames of kiln.workers.protocol):
 
-    host -> kiln, once:   {"ready": true}  or  {"error": "unshare: Operation not permitted"}
+    host -> kiln, once:   {"ready": true, "pid": 1234}
+                          or  {"error": "unshare: Operation not permitted"}
     kiln -> host:         {"op": "spawn", "id": 7, "argv": [...], "env": {...}, "cwd": "...",
                            "stdout": "...", "stderr": "...", "binds": [[src, dst, rw], ...]}
                           {"op": "kill", "id": 7}
@@ -28,7 +32,8 @@ Commands, on the host's own pipes (frames of kiln.workers.protocol):
                           {"id": 7, "error": "cannot run x: ..."}   never started
 
 A command runs in a session of its own; when it ends, what it left running
-in its process group is killed, as a kill request kills the group. A worker:
+is killed: its process group, as a kill request kills it, and what left the group
+(`setsid`), which the host, a child subreaper, finds below itself (kiln.process_tree). A worker:
 the pool's request frames pass through the host, which takes out their
 "sandbox" key (the action's binds) and forwards them on a pipe of its own;
 the worker answers the pool directly. The worker and what its actions start
@@ -51,6 +56,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kiln import process_tree
 from kiln.sandbox import linux, rootfs
 from kiln.sandbox.view import Bind, SandboxConfig
 from kiln.workers.protocol import ProtocolError, read_frame, write_frame
@@ -66,10 +72,12 @@ class _Options:
     response_fd: int
     lifeline_fd: int
     config: str
+    detach: bool  # fork away from the starting process first (client.Sandbox's `detached`)
 
 
 def _parse(args: Sequence[str]) -> _Options:
-    """The host's own options, which client.py writes: `--name value` each, all four.
+    """The host's own options, which client.py writes: `--name value` each, the four fds
+    and the config always, `--detach 1` for a detached host.
     Not argparse: its import is a fifth of the host's start, paid by every build that
     runs an action."""
     values = dict(zip(args[::2], args[1::2], strict=True))
@@ -78,6 +86,7 @@ def _parse(args: Sequence[str]) -> _Options:
         int(values["--response-fd"]),
         int(values["--lifeline-fd"]),
         values["--config"],
+        values.get("--detach") == "1",
     )
 
 
@@ -87,6 +96,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = _parse(args[:split])
     worker = args[split + 1 :]
     config = SandboxConfig.from_json(json.loads(options.config))
+    if options.detach and os.fork():
+        os._exit(0)  # the launcher: the host is now nobody's child, out of its killer's reach
+    # What a command leaves running, in a session of its own too, becomes the host's
+    # child once the command ends, and is killed with it (kiln.process_tree). After the
+    # detaching fork: a child does not inherit the subreaper mark.
+    process_tree.become_subreaper()
     try:
         linux.enter_user_namespace()
         os.makedirs(config.staging, exist_ok=True)
@@ -105,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve_worker(view, options, worker)
     for fd in (options.request_fd, options.response_fd, options.lifeline_fd):
         os.set_inheritable(fd, False)  # never into a command
-    write_frame(options.response_fd, {"ready": True})
+    write_frame(options.response_fd, {"ready": True, "pid": os.getpid()})
     return _Commands(view, options.request_fd, options.response_fd, options.lifeline_fd).serve()
 
 
@@ -145,6 +160,7 @@ class _Commands:
         finally:
             if self.running is not None:
                 _kill_group(self.running[1])
+            process_tree.kill_descendants()
 
     def _request(self) -> bool:
         try:
@@ -211,6 +227,7 @@ class _Commands:
         os.close(pidfd)
         _kill_group(pid)  # what the command left running goes with it
         _, status = os.waitpid(pid, 0)
+        process_tree.kill_descendants()  # and what left its group (setsid): issue 20
         code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
         write_frame(self.responses, {"id": ident, "status": code})
 
@@ -260,6 +277,7 @@ def _serve_worker(view: _View, options: _Options, worker: list[str]) -> int:
     finally:
         if os.getpgrp() == os.getpid():  # the pool made the host its group's leader
             _kill_group_but_this_process()  # the worker, what its action started
+        process_tree.kill_descendants()  # what left the group (a worker killed mid-action)
         if worker_status is not None and os.WIFSIGNALED(worker_status):
             # The pool reports how the host ended as how the worker did: a worker's
             # SIGSEGV was reported as the SIGKILL the host gave its group (issue 20).

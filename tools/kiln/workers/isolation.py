@@ -20,15 +20,15 @@ Put back afterwards:
 - the umask, signal handlers installed from Python, and interval timers
   (an alarm the action left is cancelled: it would go off in the next one).
 
-Not isolated (documented limits): threads an action leaves running, atexit
-handlers it registers (they run when the worker exits), environment variables
-set with os.putenv behind os.environ's back, C++ warn-once state, and other
-global state of preloaded libraries. The worker runs one thread of its own
-(the lifeline watchdog, main.py), so threading.active_count() is one higher,
-and has one child of its own (its fork server, kiln.fork_server): an action's
-os.wait() for any child, with none of its own, waits for that one.
-What preloading prints goes to the worker's log, not to an action's stderr (a
-plain run that imports torch may print a warning there).
+Since issue 20 each action runs in a child forked from the worker
+(forking.py), so nothing of this outlives the action anyway: what is put back
+here matters only inside that child. What the worker itself never sees: threads
+an action leaves running, atexit handlers (run in the child when its action
+ends, as at a plain interpreter's exit), C++ warn-once state and other global
+state of preloaded libraries (all gone with the child). The worker runs one
+thread of its own (the lifeline watchdog, main.py), so threading.active_count()
+is one higher. What preloading prints goes to the worker's log, not to an
+action's stderr (a plain run that imports torch may print a warning there).
 """
 
 from __future__ import annotations

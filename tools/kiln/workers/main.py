@@ -2,10 +2,10 @@
 --lifeline-fd L --preload M`.
 
 Imports the preload modules once (a module that fails to import is reported
-in the hello frame, not fatal), forks its fork server from that state (kiln.fork_server:
-children of actions with torch already imported), then runs one request at a time
-until the request pipe reaches end of file. See protocol.py for the frames and
-inprocess.py for what each action sees. The pool starts it in a new session
+in the hello frame, not fatal), then runs one request at a time, each in a child
+forked from that state (forking.py: no state crosses actions), until the request
+pipe reaches end of file. See protocol.py for the frames and inprocess.py for what
+each action sees. The pool starts it in a new session
 with stdin and stdout on /dev/null and stderr on its log.
 
 The lifeline is a pipe kiln never writes to: its end of file means kiln is
@@ -29,8 +29,8 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from kiln import fork_server
-from kiln.workers.inprocess import SetupError, run_request
+from kiln import process_tree
+from kiln.workers.forking import run_forked
 from kiln.workers.isolation import Baseline
 from kiln.workers.protocol import ProtocolError, WorkRequest, read_frame, write_frame
 
@@ -53,9 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.lifeline_fd is not None:
         watch_lifeline(options.lifeline_fd)
 
+    # What an action leaves running, even in a session of its own, becomes the worker's
+    # child once the action ends: forking.run_forked kills it.
+    process_tree.become_subreaper()
     errors = preload(options.preload)
-    # Before any action ran: torch's thread pools do not exist yet, so its forks can use them.
-    fork_server.ForkServer.start()
     write_frame(responses, {"pid": os.getpid(), "preload_errors": errors})
     baseline = Baseline.capture()
     while True:
@@ -103,15 +104,12 @@ def preload(modules: Sequence[str]) -> dict[str, str]:
 
 
 def serve(message: dict[str, Any], baseline: Baseline) -> dict[str, Any]:
-    pid = os.getpid()
     try:
         request = WorkRequest.from_json(message)
-        status = run_request(request, baseline)
-    except (KeyError, TypeError, AttributeError, ValueError, SetupError) as e:
+        request.module  # noqa: B018 - a request without `-m module` is refused here
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
         return {"exit_code": 1, "error": str(e)}
-    if os.getpid() != pid:
-        os._exit(status)  # a process the action forked returned from it: it ends here
-    return {"exit_code": status}
+    return run_forked(request, baseline)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""AOTInductor's rule: aoti_package and the loaders it generates from templates/."""

@@ -1,0 +1,1 @@
+"""Bazel's own rules that kiln implements too: filegroup and genrule."""
