@@ -155,6 +155,7 @@ def test_specs_differ_only_in_the_output_root(built: dict[str, Path]) -> None:
         "mlp_pt2.layout.json",
         "mlp_pt2.manifest.json",
         "mlp_pt2.manifest_spec.json",
+        "mlp_pt2.needs.json",
         "mlp_pt2.validate.json",
         "mlp_pt2.validation.json",
     ]

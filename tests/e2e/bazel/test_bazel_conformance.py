@@ -104,9 +104,11 @@ def test_the_plan_report_holds_the_actions_kiln_ran(twins: Twins) -> None:
     ]
     # AotiCompile reads the program's structure and its spec, not the model's source nor
     # its weights: a comment-only edit of mlp.py re-runs the export alone, and retrained
-    # weights the export, the join and validation, under Bazel too.
+    # weights the export, the join and validation, under Bazel too. The export's record
+    # of what loading the program imports stands in for the locked packages.
     assert sorted(actions[1]["inputs"]) == [
         "bazel-out/k8-fastbuild/bin/models/mlp_pt2.compile.json",
+        "bazel-out/k8-fastbuild/bin/models/mlp_pt2.needs.json",
         "bazel-out/k8-fastbuild/bin/models/mlp_pt2.structure.pt2",
     ]
 
