@@ -13,6 +13,7 @@ RemoteError, which callers catch to build without the remote.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -68,3 +69,17 @@ class RemoteStore(Protocol):
     def close(self) -> None:
         """Close connections; the store may be used again after (it reconnects)."""
         ...
+
+
+def download_outputs(store: RemoteStore, result: ActionResult, cas: ContentStore) -> None:
+    """Every blob of a remote action's result into the local CAS, verified as it is
+    written; a blob already there (in either variant) is not fetched again."""
+    calls: list[Callable[[], None]] = []
+    for digest, executable in dict.fromkeys(result.digests()):
+        if cas.has(digest, executable):
+            continue
+        if cas.has(digest, not executable):
+            cas.put_file(cas.path(digest, not executable), digest, executable)
+        else:
+            calls.append(functools.partial(store.download, digest, cas, executable))
+    store.transfer_many(calls)

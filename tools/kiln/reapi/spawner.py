@@ -39,7 +39,7 @@ from kiln.cache.action_cache import ActionResult
 from kiln.cache.cas import BlobMismatch, ContentStore
 from kiln.cache.digest import Digest
 from kiln.cache.reapi import decode_action_result
-from kiln.cache.remote_store import RemoteError
+from kiln.cache.remote_store import RemoteError, download_outputs
 from kiln.exec.outcome import Source
 from kiln.exec.remote_spawn import RemoteSpawn, RemoteSpawnResult
 from kiln.exec.spawn import SpawnResult
@@ -221,15 +221,7 @@ class ReapiSpawner:
         return RemoteSpawnResult(run, result, printed=printed)
 
     def _download(self, result: ActionResult) -> None:
-        calls = []
-        for digest, executable in dict.fromkeys(result.digests()):
-            if self.cas.has(digest, executable):
-                continue
-            if self.cas.has(digest, not executable):
-                self.cas.put_file(self.cas.path(digest, not executable), digest, executable)
-            else:
-                calls.append(functools.partial(self.store.download, digest, self.cas, executable))
-        self.store.transfer_many(calls)
+        download_outputs(self.store, result, self.cas)
 
     def cancel_all(self) -> None:
         with self._lock:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from kiln.cache.action_cache import ActionResult
 from kiln.cache.cas import BlobMismatch, ContentStore
 from kiln.cache.digest import Digest
-from kiln.cache.remote_store import RemoteError, RemoteStore
+from kiln.cache.remote_store import RemoteError, RemoteStore, download_outputs
 from kiln.exec.outcome import Source
 from kiln.exec.remote_spawn import RemoteSpawn, RemoteSpawnResult
 from kiln.exec.spawn import SpawnResult
@@ -181,16 +181,7 @@ class RaySpawner:
         return RemoteSpawnResult(run, ended.result, printed=ended.printed)
 
     def _download(self, result: ActionResult) -> None:
-        """Every blob of the result into this CAS, verified as it is written."""
-        calls = []
-        for digest, executable in dict.fromkeys(result.digests()):
-            if self.cas.has(digest, executable):
-                continue
-            if self.cas.has(digest, not executable):
-                self.cas.put_file(self.cas.path(digest, not executable), digest, executable)
-            else:
-                calls.append(functools.partial(self.remote.download, digest, self.cas, executable))
-        self.remote.transfer_many(calls)
+        download_outputs(self.remote, result, self.cas)
 
     def cancel_all(self) -> None:
         with self._lock:
