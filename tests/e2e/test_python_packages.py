@@ -3,7 +3,7 @@
 A team's own wheel (`teamlib`, made on the spot) stands in for a library: two
 versions of it, installed offline from a wheelhouse, into real environments,
 by `kiln build` of model_weights targets (the cheapest torch action that
-imports a model). The factories print their interpreter's prefix and pid,
+imports a model). The factories print their interpreter's prefix and their worker's pid,
 which kiln shows as `INFO: From ModelWeights ...`: that is how these tests see
 which environment, and which worker, ran what.
 """
@@ -37,7 +37,7 @@ import torch
 
 
 def where() -> None:
-    print(f"prefix={sys.prefix} pid={os.getpid()}")
+    print(f"prefix={sys.prefix} pid={os.getppid()}")  # the worker: each action is its fork
 
 
 def team() -> torch.nn.Module:

@@ -319,8 +319,9 @@ def test_a_bad_remote_flag_is_an_error(clones: tuple[Workspace, Workspace]) -> N
     assert run.code == 1
     assert (
         "ERROR: invalid --remote_cache 'ftp://example.com/': unknown scheme 'ftp://' "
-        "(kiln opens http://, https://)\n"
-        "  hint: write --remote_cache=http://HOST:PORT[/PREFIX] (a Bazel HTTP cache)"
+        "(kiln opens http://, https://, grpc://, grpcs://)\n"
+        "  hint: write --remote_cache=http://HOST:PORT[/PREFIX] (a Bazel HTTP cache) "
+        "or grpc://HOST:PORT (a Remote Execution API server)"
     ) in run.err
     header = first.kiln("build", "//app:a", "--remote_cache=http://h/", "--remote_header=oops")
     assert "not a header (Name=Value): 'oops'" in header.err

@@ -133,15 +133,18 @@ class GrpcStore:
     def call(self, what: str, rpc: Callable[..., T], request: object, timeout: float = 0) -> T:
         """One unary call with the headers and a deadline; RemoteError on any failure.
 
-        A server that is UNAVAILABLE (restarting, or a connection that dropped) is asked
-        again with a growing pause, for at most --remote_timeout in all."""
+        A server that is UNAVAILABLE (restarting, or a connection that dropped) or
+        RESOURCE_EXHAUSTED (over its limit of concurrent calls: BuildGrid's "Concurrent
+        RPC limit exceeded" under load) is asked again with a growing pause, for at most
+        --remote_timeout in all, as Bazel's RemoteRetrier does. Every call kiln makes is
+        idempotent (lookups, uploads of content-addressed blobs)."""
         retry = _Backoff(self.timeout)
         while True:
             try:
                 return rpc(request, timeout=timeout or self.timeout, metadata=self.spec.metadata)
             except grpc.RpcError as e:
                 code = e.code() if isinstance(e, grpc.Call) else None
-                if code != grpc.StatusCode.UNAVAILABLE or not retry.wait():
+                if code not in _RETRIED or not retry.wait():
                     raise RemoteError(f"remote cache {self.url}: {what}: {describe(e)}") from None
 
     def capabilities(self) -> Capabilities:
@@ -285,6 +288,7 @@ class GrpcStore:
             except grpc.RpcError as e:
                 resumable = isinstance(e, grpc.Call) and e.code() in (
                     grpc.StatusCode.UNAVAILABLE,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                     grpc.StatusCode.ABORTED,
                     grpc.StatusCode.INTERNAL,
@@ -392,6 +396,10 @@ def _chunks(path: Path, name: str, offset: int, size: int) -> Iterator[bs_pb2.Wr
                 return
 
 
+# What a unary call retries: the server will answer later.
+_RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
 class _Backoff:
     """Pauses of 0.2 s, doubling to 2 s, until `budget` seconds have passed."""
 
@@ -445,7 +453,7 @@ class _Reader:
             except grpc.RpcError as e:
                 self.stream = None
                 code = e.code() if isinstance(e, grpc.Call) else None
-                resumable = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL)
+                resumable = (*_RETRIED, grpc.StatusCode.INTERNAL)
                 if code in resumable and self.retry.wait():
                     continue  # at the offset reached
                 if code == grpc.StatusCode.DATA_LOSS:  # the server's copy is damaged
