@@ -106,10 +106,16 @@ def _fresh_tmpfs(directory: str, config: SandboxConfig, prefix: str, made: Made)
     else:
         made.mounts.append(directory)
     linux.tmpfs(directory, "1777" if directory == "/tmp" else "755")
+    # A toolchain folder that is gone is not shown: a disk cache's python-envs/ expunged
+    # by another workspace while this build runs (kiln clean --expunge_disk_cache), made
+    # again by the next action that needs an environment.
     inside = [
         Bind(p, p)
         for p in config.toolchain
-        if _within(p, directory) and p != directory and not os.path.islink(p)
+        if _within(p, directory)
+        and p != directory
+        and not os.path.islink(p)
+        and os.path.exists(prefix + p)
     ]
     _mount_binds("", inside, prefix, made, roots=[])
 
