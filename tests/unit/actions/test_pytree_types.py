@@ -87,11 +87,40 @@ def test_a_library_type_is_registered_by_importing_its_module(
             sys.modules.pop(module, None)
 
 
-def test_a_type_no_import_registers_is_one_error_naming_it(tmp_path: Path) -> None:
-    with pytest.raises(ActionError) as error:
-        register_recorded(_archive(tmp_path, "kiln_no_such_package.outputs.Out"))
+def test_a_type_of_the_models_own_source_is_carried_through_as_recorded(
+    tmp_path: Path,
+) -> None:
+    """The compile does not read the model's source: its types are stand-ins that write
+    the treespec back as the export recorded it (the loader imports the real ones)."""
+    from torch.utils import _pytree
+
+    name = "kiln_no_such_package.outputs.Out"
+    context = '{"fields": ["logits"], "kept": [1, "two"]}'
+    try:
+        register_recorded(_archive(tmp_path, name))
+        assert name in _pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE
+        spec = [1, {"type": name, "context": context, "children_spec": [_leaf()]}]
+        text = json.dumps(spec)
+        assert json.loads(_pytree.treespec_dumps(_pytree.treespec_loads(text))) == spec
+    finally:
+        if name in _pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE:
+            _pytree._deregister_pytree_node(_pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE[name])
+
+
+def test_a_module_that_imports_but_registers_no_such_type_is_one_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library = tmp_path / "lib"
+    (library / "kiln_test_plain").mkdir(parents=True)
+    (library / "kiln_test_plain/__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(library))
+    try:
+        with pytest.raises(ActionError) as error:
+            register_recorded(_archive(tmp_path, "kiln_test_plain.Out"))
+    finally:
+        sys.modules.pop("kiln_test_plain", None)
     assert error.value.message == (
-        "the exported program's inputs or outputs are of type kiln_no_such_package.outputs.Out, "
-        "which cannot be imported here (No module named 'kiln_no_such_package')"
+        "the exported program's inputs or outputs are of type kiln_test_plain.Out, "
+        "which importing its module does not register as a pytree node"
     )
     assert error.value.hint is not None and "deps" in error.value.hint

@@ -13,6 +13,14 @@ a compile of an export from the cache failed with torch's 53-line traceback (iss
 (`<archive>/models/<name>.json`: module_call_graph's in_spec and out_spec) and
 imports each one's module: from the action's environment, which holds the target's
 locked packages. A type no import registers is one ActionError naming it.
+
+A type of the model's own source (a dataclass in models/lm.py) cannot be imported by
+the compile, which does not read the model's source (a comment edit must not
+recompile). The compile never builds nor takes apart a value of that type: it only
+carries the treespec into the package. So such a type is registered as a stand-in
+under the recorded name, whose context is kept as the serialized text it was: the
+package's treespec comes out as the export wrote it, and the loader, which imports
+the model, rebuilds the real type. (test_python_loader's structured outputs.)
 """
 
 from __future__ import annotations
@@ -50,14 +58,43 @@ def register_recorded(archive: Path) -> None:
         if name in _pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE:
             continue
         error = _import_module_of(name)
+        if name not in _pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE and error.startswith(_MISSING):
+            _register_stand_in(name)
         if name not in _pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE:
             raise ActionError(
                 f"the exported program's inputs or outputs are of type {name}, which "
                 f"{error or 'importing its module does not register as a pytree node'}",
-                hint="declare the package that defines it in the model's deps; a type of the "
-                "model's own source cannot be loaded without it: return tensors, tuples or "
-                "dicts, or move the type into a package",
+                hint="declare the package that defines it in the model's deps, and check "
+                "that importing its module registers the type (torch.export."
+                "register_dataclass, or torch.utils._pytree.register_pytree_node with "
+                "serialized_type_name)",
             )
+
+
+class _StandIn:
+    """A value of a type the compile cannot import: never made (see the module's doc)."""
+
+    def __init__(self, children: list[Any], context: Any) -> None:
+        self.children, self.context = children, context
+
+
+def _register_stand_in(name: str) -> None:
+    """Register `module.Class` as a pytree node that round-trips its treespec verbatim."""
+    from torch.utils import _pytree
+
+    module, _, short = name.rpartition(".")
+    stand_in = type(short, (_StandIn,), {"__module__": f"kiln_stand_in.{module}"})
+    _pytree.register_pytree_node(
+        stand_in,
+        lambda value: (value.children, value.context),
+        lambda children, context: stand_in(list(children), context),
+        serialized_type_name=name,
+        to_dumpable_context=lambda context: context,  # the text the export wrote
+        from_dumpable_context=lambda text: text,
+    )
+
+
+_MISSING = "cannot be imported here ("  # no such module in the action's environment
 
 
 def _import_module_of(name: str) -> str:
@@ -69,7 +106,7 @@ def _import_module_of(name: str) -> str:
         try:
             importlib.import_module(module)
         except ImportError as e:
-            first_error = first_error or f"cannot be imported here ({e})"
+            first_error = first_error or f"{_MISSING}{e})"
             continue
         except Exception as e:  # the library's own failure at import
             return f"cannot be imported here: importing {module} failed: {e}"
