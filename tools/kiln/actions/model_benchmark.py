@@ -142,11 +142,14 @@ def _gates(
                 verdicts.append("baseline: none FAIL")
             else:
                 ratio = r["p50_ms"] / base
-                ok = ratio <= spec.max_regression
-                verdicts.append(
-                    f"x{ratio:.3f} of baseline <= x{spec.max_regression:g}: "
-                    f"{'ok' if ok else 'FAIL'}"
-                )
+                # A slowdown no larger than this run's own spread across repeats is
+                # noise (another process took the CPU during one repeat), not a
+                # regression: with sub-millisecond calls one descheduling is a x1000.
+                # A real regression slows every repeat, so its spread stays small.
+                noise = r["p50_ms"] - base <= r["spread_ms"]
+                ok = ratio <= spec.max_regression or noise
+                verdict = "ok" if ratio <= spec.max_regression else "noisy" if noise else "FAIL"
+                verdicts.append(f"x{ratio:.3f} of baseline <= x{spec.max_regression:g}: {verdict}")
                 if not ok:
                     failed.append(
                         f"{point}: p50 {r['p50_ms']:.3f} ms is x{ratio:.3f} the "
