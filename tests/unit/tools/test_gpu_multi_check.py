@@ -134,14 +134,18 @@ def test_union_of_spans_counts_overlapping_time_once() -> None:
 
 
 def test_gpu_part_sums_chains_and_the_best_speedup() -> None:
-    part = m.gpu_part(m.action_intervals(two_gpu_build()), 2)
+    part = m.gpu_part(m.action_intervals(two_gpu_build()))
     # 10 to 10010 ms (mlp; resnet export inside it), then 10011 to 20011 ms
     assert part["gpu_busy_s"] == pytest.approx(20.0)
     assert part["gpu_sum_s"] == pytest.approx(3.99 + 8.99 + 5.99 + 9.99)
     assert part["cpu_sum_s"] == pytest.approx(0.504)
     assert part["gpu_chains_s"] == {"//models:mlp_trt": 9.98, "//models:resnet_trt": 18.98}
     # sum 28.96 over max(28.96 / 2, 18.98): the longest target bounds it
-    assert part["best_gpu_speedup"] == pytest.approx(28.96 / 18.98, abs=1e-3)
+    best = m.best_speedup(part["gpu_sum_s"], part["gpu_chains_s"], 2)
+    assert best == pytest.approx(28.96 / 18.98, abs=1e-3)
+    assert m.best_speedup(8.0, {"a": 2.0, "b": 2.0, "c": 2.0, "d": 2.0}, 4) == 4.0
+    assert m.best_speedup(8.0, {"a": 2.0, "b": 6.0}, 1) == 1.0
+    assert m.best_speedup(0.0, {}, 2) == 0.0
 
 
 def test_speedup_is_the_ratio_of_medians_and_the_goal_is_seven_tenths_of_n() -> None:
@@ -234,7 +238,7 @@ def test_file_digests_walk_the_output_tree(tmp_path: Path) -> None:
 
 
 def test_the_added_targets_are_the_ones_each_set_names() -> None:
-    for extra, trt, aoti in m.SETS.values():
-        for target in (*trt, *aoti):
+    for extra, trt, aoti, other in m.SETS.values():
+        for target in (*trt, *aoti, *other):
             assert f'name = "{target}"' in extra
-        assert len(trt) + len(aoti) >= 4
+        assert len(trt) + len(aoti) + len(other) >= 4
