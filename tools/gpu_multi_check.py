@@ -110,7 +110,7 @@ aoti_package(name = "mlp_cuda", model = ":mlp", device = "cuda", cpu_target = "n
 aoti_package(name = "mlp_cuda_sep", model = ":mlp", device = "cuda", cpu_target = "native",
              weights = "separate")
 """
-# The build loop's smoke test on a machine without GPUs (tests/e2e/test_gpu_multi_check.py:
+# The build loop's smoke test on a machine without GPUs (tests/e2e/test_gpu_multi_check_smoke.py:
 # a stand-in nvidia-smi that reports the processes given its GPUs as compute processes).
 SMOKE_BUILD = "".join(
     f"""
