@@ -24,7 +24,8 @@ Checks (PASS / FAIL / INFO lines, also into $OUT/summary.txt):
                  process sampled ran only on GPUs its CUDA_VISIBLE_DEVICES named (read from
                  /proc where it can be); samples are matched to the action holding that
                  GPU at that time (a persistent worker stays on its GPU between actions:
-                 samples no action explains are counted, not failed)
+                 samples no action explains are counted, not failed); where nvidia-smi lists
+                 no process at all (a container's pid namespace), INFO: not cross-checked
     keys         every build's action keys equal (the events' `key`, by label, mnemonic and
                  outputs)
     .pt2         the aoti packages equal byte for byte in every build (else the zip members
@@ -591,10 +592,14 @@ def check_build(record: dict[str, Any], listed: Sequence[str]) -> dict[str, Any]
         ", ".join(sorted(named)),
     )
     seen = attribute_samples(samples, intervals, listed)
+    readable = len({s["pid"] for s in samples if s.get("cmd", "?") != "?"})
     if not samples:
+        # In a container nvidia-smi may list no process (another pid namespace): then the
+        # events alone say where each action ran.
         report(
-            "FAIL", f"{name}: nvidia-smi saw no compute process", f"{record['smi_errors']} errors"
-        )
+            "INFO", f"{name}: nvidia-smi listed no compute process during the build",
+            f"GPUs not cross-checked; {record['smi_errors']} nvidia-smi errors",
+        )  # fmt: skip
     else:
         report(
             "PASS" if set(seen["gpus_seen"]) == named else "FAIL",
@@ -609,7 +614,7 @@ def check_build(record: dict[str, Any], listed: Sequence[str]) -> dict[str, Any]
         report(
             "INFO", f"{name}: samples",
             f"{seen['samples']} ({seen['samples_no_action_held']} while no action held the GPU: "
-            f"idle workers), {len(seen['pids'])} pids",
+            f"idle workers), {len(seen['pids'])} pids, {readable} of them in this /proc",
         )  # fmt: skip
     for i in gpu_actions(intervals):
         print(f"      {i.mnemonic} {i.label}: {i.seconds:.1f} s on {', '.join(i.gpus)}")
