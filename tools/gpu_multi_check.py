@@ -392,7 +392,8 @@ OUT = Path(os.environ.get("OUT") or Path.cwd() / "gpu-multi-check-out").resolve(
 STATE = Path(os.environ.get("STATE") or "/tmp/kiln-gpu-multi")
 START = time.monotonic()
 DEADLINE = float(os.environ.get("DEADLINE_S", "520"))
-REPORT_S = 120.0  # kept for the comparisons after the builds
+MARGIN_S = 30.0  # kept after a build for the checks (the engine comparison may wait)
+ENGINES_S = 150.0  # what the engine comparison needs left, else it waits for the next call
 failures: list[str] = []
 running: list[subprocess.Popen[bytes]] = []  # the kiln build under way, for on_term
 
@@ -553,8 +554,8 @@ def builds_step(state: dict[str, Any], n_gpus: int, targets: Sequence[str], extr
         index = len(state["builds"])
         gpus = order[index]
         walls = [b["wall_s"] for b in state["builds"]]
-        need = 1.15 * max(walls) if walls else 0.0
-        if left() - REPORT_S < max(need, 30.0):
+        need = 1.15 * max(walls) if walls else 60.0
+        if left() - MARGIN_S < need:
             report(
                 "INFO", "builds left for the next call",
                 f"{len(order) - index} (next: --gpus={gpus}; {left():.0f} s left, the longest "
@@ -562,7 +563,7 @@ def builds_step(state: dict[str, Any], n_gpus: int, targets: Sequence[str], extr
             )  # fmt: skip
             return len(order) - index
         print(f"-- build {index}: --gpus={gpus}", flush=True)
-        record = run_build(index, gpus, targets, extra, timeout=left() - REPORT_S)
+        record = run_build(index, gpus, targets, extra, timeout=left() - MARGIN_S)
         state["builds"].append(record)
         save_state(state)
         report(
@@ -571,7 +572,10 @@ def builds_step(state: dict[str, Any], n_gpus: int, targets: Sequence[str], extr
             f"exit {record['exit']}, {record['wall_s']:.1f} s",
         )
         if record["exit"] == 124:
-            report("INFO", "a timed-out build is kept as failed: remove $STATE to start over")
+            report(
+                "INFO", "a build cut off at the call's time limit is kept as failed",
+                "remove $STATE to start over; MULTI_SET=mlp builds less",
+            )  # fmt: skip
     return 0
 
 
@@ -691,6 +695,9 @@ def compare_engines(
     if not (one and many):
         report("FAIL", "engine outputs compared", "no successful build at --gpus=1 and at --gpus=N")
         return None
+    if left() < ENGINES_S:
+        report("INFO", "engine outputs: compared by the next call", f"{left():.0f} s left")
+        return {"deferred": True}
     argv = [sys.executable, __file__, "engines", str(outs[one["name"]]), str(outs[many["name"]])]
     argv += trt
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
@@ -715,6 +722,9 @@ def compare_engines(
                 f"{target}: engine outputs of --gpus=1 and --gpus=N compared",
                 "no result: engines.log",
             )
+            continue
+        if "error" in r:
+            report("FAIL", f"{target}: engine outputs compared", r["error"])
             continue
         report(
             "PASS" if r["ok"] else "FAIL",
@@ -835,11 +845,54 @@ def main() -> int:
     verdict = f"{len(failures)} check(s) failed" if failures else "every check passed"
     if pending:
         verdict += f" so far; {pending} build(s) still to run: call again on this machine"
+    elif (results.get("outputs") or {}).get("engines") == {"deferred": True}:
+        verdict += " so far; the engine comparison is still to run: call again on this machine"
     print(verdict, flush=True)
     return 1 if failures else 0
 
 
 # -- engines: run in a process of its own (torch, TensorRT) ------------------------------
+
+
+def flat(value: Any) -> list[Any]:
+    """A model's outputs as a list."""
+    return list(value) if isinstance(value, (tuple, list)) else [value]
+
+
+def run_engine(
+    runtime: Any, folder: Path, manifest: dict[str, Any], inputs: list[Any]
+) -> list[Any] | None:
+    """A target's one raw engine through the TensorRT runtime (None for several engines)."""
+    import torch
+
+    if len(manifest["engines"]) != 1:
+        return None
+    (record,) = manifest["engines"]
+    engine = runtime.deserialize_cuda_engine((folder / record["file"]).read_bytes())
+    context = engine.create_execution_context()
+    for binding, tensor in zip(record["inputs"], inputs, strict=True):
+        context.set_input_shape(binding["name"], tuple(tensor.shape))
+        context.set_tensor_address(binding["name"], tensor.data_ptr())
+    results = []
+    for binding in record["outputs"]:
+        shape = tuple(context.get_tensor_shape(binding["name"]))
+        result = torch.empty(
+            shape, dtype=getattr(torch, binding["dtype"] or "float32"), device="cuda"
+        )
+        context.set_tensor_address(binding["name"], result.data_ptr())
+        results.append(result)
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    with torch.cuda.stream(stream):
+        ran = context.execute_async_v3(stream.cuda_stream)
+    if not ran:
+        raise RuntimeError("execute_async_v3 failed")
+    stream.synchronize()
+    return results
+
+
+def most(a: list[Any], b: list[Any]) -> float:
+    """The largest absolute difference of two lists of tensors."""
+    return max(float((x.float() - y.float()).abs().max()) for x, y in zip(a, b, strict=True))
 
 
 def engines_main(first: Path, second: Path, targets: Sequence[str]) -> int:
@@ -856,37 +909,7 @@ def engines_main(first: Path, second: Path, targets: Sequence[str]) -> int:
     trt = importlib.import_module("tensorrt")  # after torch_tensorrt: tensorrt or tensorrt_rtx
     runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
 
-    def flat(value: Any) -> list[Any]:
-        return list(value) if isinstance(value, (tuple, list)) else [value]
-
-    def run_engine(folder: Path, manifest: dict[str, Any], inputs: list[Any]) -> list[Any] | None:
-        if len(manifest["engines"]) != 1:
-            return None
-        (record,) = manifest["engines"]
-        engine = runtime.deserialize_cuda_engine((folder / record["file"]).read_bytes())
-        context = engine.create_execution_context()
-        for binding, tensor in zip(record["inputs"], inputs, strict=True):
-            context.set_input_shape(binding["name"], tuple(tensor.shape))
-            context.set_tensor_address(binding["name"], tensor.data_ptr())
-        results = []
-        for binding in record["outputs"]:
-            shape = tuple(context.get_tensor_shape(binding["name"]))
-            result = torch.empty(
-                shape, dtype=getattr(torch, binding["dtype"] or "float32"), device="cuda"
-            )
-            context.set_tensor_address(binding["name"], result.data_ptr())
-            results.append(result)
-        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-        with torch.cuda.stream(stream):
-            assert context.execute_async_v3(stream.cuda_stream), "execute_async_v3 failed"
-        stream.synchronize()
-        return results
-
-    def most(a: list[Any], b: list[Any]) -> float:
-        return max(float((x.float() - y.float()).abs().max()) for x, y in zip(a, b, strict=True))
-
-    report_: dict[str, Any] = {}
-    for target in targets:
+    def compare_one(target: str) -> dict[str, Any]:
         spec = TrtEngineSpec.read(first / "models" / f"{target}.trt.json")
         model = build_model(spec.model.source).to(torch.device("cuda"))
         sides = []
@@ -905,7 +928,7 @@ def engines_main(first: Path, second: Path, targets: Sequence[str]) -> int:
                 outputs = {}
                 for n, (folder, manifest, program, _) in enumerate(sides):
                     outputs[f"ep{n}"] = flat(program(*inputs))
-                    raw = run_engine(folder, manifest, inputs)
+                    raw = run_engine(runtime, folder, manifest, inputs)
                     if raw is not None:
                         outputs[f"engine{n}"] = raw
             between[which] = max(
@@ -914,7 +937,7 @@ def engines_main(first: Path, second: Path, targets: Sequence[str]) -> int:
                 if f"{kind}0" in outputs
             )
             vs_eager[which] = max(most(o, eager) for o in outputs.values())
-        report_[target] = {
+        return {
             "between": between,
             "vs_eager": vs_eager,
             "raw_engine": len(sides[0][1]["engines"]) == 1,
@@ -923,6 +946,13 @@ def engines_main(first: Path, second: Path, targets: Sequence[str]) -> int:
             # differ from each other no more than TOLERANCE, or than either differs from eager.
             "ok": max(between.values()) <= max(TOLERANCE, *vs_eager.values()),
         }
+
+    report_: dict[str, Any] = {}
+    for target in targets:
+        try:
+            report_[target] = compare_one(target)
+        except Exception as error:  # one target's failure is its own line
+            report_[target] = {"ok": False, "error": f"{type(error).__name__}: {error}"}
         print(f"{target}: {report_[target]}", file=sys.stderr, flush=True)
     print(json.dumps(report_, sort_keys=True), flush=True)
     return 0

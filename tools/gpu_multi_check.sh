@@ -103,5 +103,5 @@ trap 'kill -TERM "$child" 2>/dev/null' INT TERM
 wait "$child"
 rc=$?
 trap - INT TERM
-[ "$rc" -eq 124 ] && echo "FAIL  timed out after 580 s (logs in $out; builds in \$STATE)" | tee -a "$out/summary.txt"
+[ "$rc" -eq 124 ] && echo "FAIL  stopped: timed out after 580 s, or a signal (logs in $out; builds in \$STATE)" | tee -a "$out/summary.txt"
 exit "$rc"
