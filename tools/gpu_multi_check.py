@@ -10,8 +10,9 @@ empty disk caches with --gpus=1 and --gpus=N (N: the GPUs `nvidia-smi -L` lists)
 (3) times each, alternating 1, N, 1, N, ...; each build in a workspace copy, disk cache,
 output base and XDG_CACHE_HOME of its own, under $STATE (/tmp/kiln-gpu-multi), so a later
 call on the same warm machine goes on where the last stopped (a build is started only when
-the time left, $DEADLINE_S (520 s) from the start, covers the longest build so far). During each
-build a thread samples `nvidia-smi --query-compute-apps=pid,gpu_uuid` every 0.2 s.
+the time left of $DEADLINE_S (520 s), less 30 s, covers 1.15 x the longest build so far;
+the engine comparison waits for a call with 150 s left). During each build a thread
+samples `nvidia-smi --query-compute-apps=pid,gpu_uuid` every 0.2 s.
 
 Checks (PASS / FAIL / INFO lines, also into $OUT/summary.txt):
 

@@ -17,9 +17,10 @@
 #      docs/remote-execution.md, "On the GPU machine")
 #   2. kind: "nvidia-h100-x2", carry: [".whl"], timeout_s: 600, command:
 #        tools/gpu_multi_check.sh
-#      as many times as it takes: each call runs the builds that fit in DEADLINE_S (520 s,
-#      keeping 120 s for the comparisons), then reports on every build so far; the last
-#      says "every check passed" or which failed, and no "builds left for the next call".
+#      as many times as it takes: each call runs the builds that fit in DEADLINE_S (520 s;
+#      a build starts only when 1.15 x the longest so far fits), then reports on every
+#      build so far (the engine comparison waits for a call with 150 s left); its last line
+#      says "every check passed" or how many failed, and what is still to run, if any.
 #      MULTI_SET=mlp (four small mlp targets) gives a quick first pass; ROUNDS=2 fewer builds.
 #
 # The machine has python3 with a CUDA torch (2.11, Python 3.12), no network. What it needs:
