@@ -634,7 +634,15 @@ def check_build(record: dict[str, Any], listed: Sequence[str]) -> dict[str, Any]
 def compare_outputs(
     checked: Sequence[dict[str, Any]], trt: Sequence[str], aoti: Sequence[str]
 ) -> dict[str, Any]:
-    """Keys of every build against the first; .pt2 bytes; TensorRT outputs and bytes."""
+    """Keys of every build that succeeded against the first; .pt2 bytes; TensorRT outputs
+    and bytes. (A failed build has its FAIL line already.)"""
+    failed = [b["name"] for b in checked if b["exit"] != 0]
+    checked = [b for b in checked if b["exit"] == 0]
+    if failed:
+        report("INFO", "left out of the comparisons (failed)", ", ".join(failed))
+    if not checked:
+        report("FAIL", "outputs compared", "no build succeeded")
+        return {}
     first = checked[0]
     keys0 = keys_of(first["actions"])
     key_differences = {}

@@ -242,3 +242,43 @@ def test_the_added_targets_are_the_ones_each_set_names() -> None:
         for target in (*trt, *aoti, *other):
             assert f'name = "{target}"' in extra
         assert len(trt) + len(aoti) + len(other) >= 4
+
+
+def test_compare_outputs_checks_keys_and_pt2_bytes_of_the_builds_that_succeeded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    monkeypatch.setattr(m, "STATE", tmp_path / "state")
+    monkeypatch.setattr(m, "OUT", tmp_path / "out")
+    monkeypatch.setattr(m, "failures", [])
+    (tmp_path / "out").mkdir()
+    actions = [dataclasses.asdict(i) for i in m.action_intervals(two_gpu_build())]
+
+    def build(name: str, exit_code: int, members: dict[str, bytes]) -> dict[str, Any]:
+        folder = tmp_path / "state" / name / "ws" / "kiln-out" / "models"
+        folder.mkdir(parents=True)
+        for target in ("same", "other"):
+            with zipfile.ZipFile(folder / f"{target}.pt2", "w") as z:
+                for member, data in members.items():
+                    z.writestr(member, data if target == "other" else b"fixed")
+        (folder / "e.engines").mkdir()
+        (folder / "e.engines" / "e.engine").write_bytes(name.encode())
+        return {"name": name, "gpus": 1, "exit": exit_code, "actions": actions}
+
+    checked = [
+        build("b0", 0, {"a/wrapper.so": b"1", "a/data": b"d"}),
+        build("b1", 1, {}),  # failed: left out
+        build("b2", 0, {"a/wrapper.so": b"2", "a/data": b"d"}),
+    ]
+    result = m.compare_outputs(checked, (), ("same", "other"))
+    lines = (tmp_path / "out" / "summary.txt").read_text().splitlines()
+    assert lines[0] == "INFO  left out of the comparisons (failed): b1"
+    assert lines[1] == "PASS  action keys equal in all 2 builds (6 actions)"
+    assert lines[2] == "PASS  models/same.pt2 equal byte for byte in every build"
+    assert lines[3] == (
+        "FAIL  models/other.pt2 equal byte for byte in every build: differs in b2; "
+        "members: a/wrapper.so"
+    )
+    assert result["differing_files"] == ["models/e.engines/e.engine", "models/other.pt2"]
+    assert m.failures == ["models/other.pt2 equal byte for byte in every build"]
