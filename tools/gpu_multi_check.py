@@ -20,6 +20,7 @@ Checks (PASS / FAIL / INFO lines, also into $OUT/summary.txt):
     overlap      no two GPU actions whose [action_started, action_finished] overlap name
                  the same GPU in the build events (the scheduler takes a GPU before the
                  first event and gives it back after the second)
+    explain      each executed GPU action's --explain line says `ran on GPU` its event's ids
     all used     at --gpus=N, the events name every one of the N GPUs
     nvidia-smi   the GPUs that had compute processes are those the events name; every
                  process sampled ran only on GPUs its CUDA_VISIBLE_DEVICES named (read from
@@ -219,6 +220,18 @@ def overlaps(intervals: Iterable[Interval]) -> list[str]:
                     f"{b.label} [{b.start_ms}, {b.end_ms}] both on {', '.join(shared)}"
                 )
     return found
+
+
+def explain_mismatches(intervals: Iterable[Interval], log: str) -> list[str]:
+    """Executed GPU actions whose `--explain` line does not say `ran on GPU <their ids>`."""
+    wrong = []
+    for i in gpu_actions(intervals):
+        if i.status != "executed":
+            continue
+        line = rf"EXPLAIN: {re.escape(i.mnemonic)} {re.escape(i.label)}: .*; ran on GPU "
+        if not re.search(line + re.escape(",".join(i.gpus)) + r"$", log, re.MULTILINE):
+            wrong.append(f"{i.mnemonic} {i.label} (events: {','.join(i.gpus)})")
+    return wrong
 
 
 def gpus_named(intervals: Iterable[Interval]) -> set[str]:
@@ -588,6 +601,13 @@ def check_build(record: dict[str, Any], listed: Sequence[str]) -> dict[str, Any]
     found = overlaps(intervals)
     report(
         "FAIL" if found else "PASS", f"{name}: no GPU held by two actions at once", "; ".join(found)
+    )
+    log = (base / "build.log").read_text(errors="replace") if (base / "build.log").exists() else ""
+    wrong = explain_mismatches(intervals, log)
+    report(
+        "FAIL" if wrong else "PASS",
+        f"{name}: each GPU action's --explain line names the GPUs of its event",
+        "; ".join(wrong[:5]),
     )
     named = gpus_named(intervals)
     want = set(listed[:gpus])

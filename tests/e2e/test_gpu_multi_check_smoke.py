@@ -87,6 +87,7 @@ def test_smoke_set_builds_at_one_and_two_gpus_and_every_check_passes(
         "PASS  build0-gpus1 built",
         "PASS  build1-gpus2 built",
         "PASS  build1-gpus2: no GPU held by two actions at once",
+        "PASS  build1-gpus2: each GPU action's --explain line names the GPUs of its event",
         "PASS  build1-gpus2: GPUs the events name are the 2 of --gpus=2",
         "PASS  build1-gpus2: GPUs with compute processes (nvidia-smi) = GPUs the events name",
         "PASS  build1-gpus2: each process only on GPUs its CUDA_VISIBLE_DEVICES names",

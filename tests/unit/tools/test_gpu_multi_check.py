@@ -128,6 +128,22 @@ def test_cached_actions_and_cpu_actions_hold_no_gpu() -> None:
     assert [i.label for i in m.gpu_actions(intervals)] == ["//a:z"]
 
 
+def test_explain_lines_must_name_the_gpus_of_the_events() -> None:
+    intervals = m.action_intervals(two_gpu_build())
+    log = "\n".join(
+        f"EXPLAIN: {i.mnemonic} {i.label}: new action: never built; ran on GPU {','.join(i.gpus)}"
+        for i in m.gpu_actions(intervals)
+    )
+    assert m.explain_mismatches(intervals, log) == []
+    wrong = log.replace(
+        f"TrtCompile //models:resnet_trt: new action: never built; ran on GPU {A}",
+        f"TrtCompile //models:resnet_trt: new action: never built; ran on GPU {B}",
+    )
+    assert m.explain_mismatches(intervals, wrong) == [
+        f"TrtCompile //models:resnet_trt (events: {A})"
+    ]
+
+
 def test_union_of_spans_counts_overlapping_time_once() -> None:
     assert m.union_seconds([]) == 0
     assert m.union_seconds([(0, 1000), (500, 1500), (3000, 4000), (3100, 3200)]) == 2.5
