@@ -16,6 +16,7 @@ fresh Python, which prints what the loader said to each.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -189,6 +190,72 @@ def test_a_missing_package_is_a_clear_error(repo_examples: Path, tmp_path: Path)
     ) in run.stderr
 
 
+# -- loading: what it costs ----------------------------------------------------------------------
+
+# In a fresh Python in kiln-out/models: torch's vector-ISA probe made to fail, then the
+# generated loader loads mlp_pt2 and runs it; prints its outputs' largest difference from
+# eager's and whether loading imported torch._inductor.
+NO_PROBE = """
+import sys, torch
+sys.path.insert(0, ".")
+sys.path.insert(0, "../../models")
+probe = "--probe-fails" in sys.argv
+if probe:
+    import torch._inductor.cpu_vec_isa as cpu_vec_isa
+
+    def refused():
+        raise AssertionError("pick_vec_isa ran")
+
+    cpu_vec_isa.pick_vec_isa = refused
+    cpu_vec_isa.valid_vec_isa_list = refused
+from mlp_pt2_loader import MlpPt2
+
+model = MlpPt2()
+imported = "torch._inductor" in sys.modules
+import mlp
+from safetensors.torch import load_file
+
+eager = mlp.build().eval()
+eager.load_state_dict(load_file("../../models/mlp.safetensors"))
+x = torch.randn(7, 10)
+with torch.no_grad():
+    print(float((model(x) - eager(x)).abs().max()), imported)
+"""
+
+
+def _no_probe(folder: Path, *flags: str) -> tuple[float, bool]:
+    run = subprocess.run(
+        [sys.executable, "-c", NO_PROBE, *flags],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "Device information mismatch" not in run.stderr
+    difference, imported = run.stdout.split()
+    return float(difference), imported == "True"
+
+
+def test_loading_runs_no_vector_isa_probe(repo_examples: Path) -> None:
+    """torch's aoti_load_package compiles and dlopens a probe program per instruction set
+    (cpu_vec_isa.pick_vec_isa: 2.2 s of a 2.4 s load here) only to warn if the package's
+    AOTI_CPU_ISA differs from what this machine would compile for; kiln packages target a
+    cpu_target on purpose, and the loader checks /proc/cpuinfo against it itself. The
+    loader does not probe, and computes what eager does."""
+    difference, _ = _no_probe(repo_examples, "--probe-fails")
+    assert difference < 1e-5
+
+
+def test_loading_imports_no_inductor(repo_examples: Path) -> None:
+    """AOTIModelPackageLoader, as the C++ class and kiln's validation load packages:
+    importing torch._inductor (and with it torch._dynamo) costs 1.5-2 s in a fresh Python."""
+    difference, imported = _no_probe(repo_examples)
+    assert difference < 1e-5
+    assert not imported
+
+
 # -- outputs of a library's type -----------------------------------------------------------------
 
 STRUCTURED_BUILD = """
@@ -279,6 +346,97 @@ def test_the_loader_is_python_naming_every_declared_input() -> None:
     resnet = _render(RESNET, "resnet_pt2")
     compile(resnet, "resnet_pt2_loader.py", "exec")
     assert "torchtrt" not in resnet
+
+
+# In a fresh Python: the TensorRT loader's _load_torchtrt_runtime() with
+# $KILN_TORCHTRT_RUNTIME set; prints "loaded", or the ImportError's message.
+TORCHTRT_RUNTIME = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import detector_pt2_loader
+
+try:
+    detector_pt2_loader._load_torchtrt_runtime()
+except ImportError as error:
+    print(error)
+else:
+    print("loaded")
+"""
+
+
+def _fake_tensorrt(root: Path) -> tuple[Path, Path]:
+    """A site folder with tensorrt_rtx_libs/libtensorrt_rtx.so.1, as the TensorRT-RTX wheel
+    lays it out, and a libtorchtrt_runtime.so that needs it, as torch_tensorrt's does."""
+    site = root / "site"
+    libs = site / "tensorrt_rtx_libs"
+    libs.mkdir(parents=True)
+    (libs / "__init__.py").write_text("raise ImportError('found, never imported')\n")
+    source = root / "empty.c"
+    source.write_text("int kiln_fake_tensorrt(void) { return 0; }\n")
+    subprocess.run(
+        [
+            "cc",
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libtensorrt_rtx.so.1",
+            "-o",
+            str(libs / "libtensorrt_rtx.so.1"),
+            str(source),
+        ],
+        check=True,
+    )
+    runtime = root / "torch_tensorrt/lib/libtorchtrt_runtime.so"
+    runtime.parent.mkdir(parents=True)
+    subprocess.run(
+        [
+            "cc",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(runtime),
+            str(source),
+            f"-L{libs}",
+            "-Wl,--no-as-needed",
+            "-l:libtensorrt_rtx.so.1",
+        ],
+        check=True,
+    )
+    return site, runtime
+
+
+def _torchtrt_runtime(folder: Path, runtime: Path, pythonpath: Path | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
+    env["KILN_TORCHTRT_RUNTIME"] = str(runtime)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    run = subprocess.run(
+        [sys.executable, "-c", TORCHTRT_RUNTIME, str(folder)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout.strip()
+
+
+def test_the_tensorrt_runtime_loads_after_tensorrts_library_from_its_wheel(tmp_path: Path) -> None:
+    """libtorchtrt_runtime.so alone failed outside the build's environment (on the H100:
+    libtensorrt_rtx.so.1 is in the wheel's package folder, on no loader path); the loader
+    loads TensorRT's library from that folder first. Without one, the error says so."""
+    site, runtime = _fake_tensorrt(tmp_path)
+    (tmp_path / "detector_pt2_loader.py").write_text(
+        _render(TWO_INPUTS, "detector_pt2", device="cuda", backend="tensorrt")
+    )
+    assert _torchtrt_runtime(tmp_path, runtime, site) == "loaded"
+    missing = _torchtrt_runtime(tmp_path, runtime, None)
+    assert missing.startswith(
+        "DetectorPt2: the package holds TensorRT engines and needs libtorchtrt_runtime.so, "
+        "which could not be loaded ("
+    )
+    assert "libtensorrt_rtx.so.1: cannot open shared object file" in missing
+    assert "TensorRT's library: none found in tensorrt_rtx_libs or tensorrt_libs" in missing
 
 
 # -- weights -------------------------------------------------------------------------------------
