@@ -4,6 +4,8 @@
     .venv/bin/python bench/bench_package_load.py          # //models:mlp_pt2, 9 runs each
     .venv/bin/python bench/bench_package_load.py --target //models:resnet_pt2 --runs 5
     .venv/bin/python bench/bench_package_load.py --folder kiln-out/models --no-build
+    PY bench/bench_package_load.py --python PY --target //models:mlp_cuda --device cuda \
+        --folder WS/kiln-out/models --no-build       # on the GPU machine, its venv's PY
 
 kiln builds the target in this repository first (a cache hit once built). Then the two
 ways run alternately, --runs times each after one untimed warm-up of each (so the
@@ -51,6 +53,7 @@ for spec in {cls}.INPUTS:
         low = spec.low if spec.low is not None else 0
         high = spec.high if spec.high is not None else low + 2
         inputs.append(torch.randint(low, high, shape, dtype=spec.dtype))
+inputs = [t.to("{device}") for t in inputs]
 t2 = time.perf_counter()
 if sys.argv[1] == "torch":
     import torch._inductor
@@ -62,6 +65,8 @@ else:
     model = {cls}()
     t3 = time.perf_counter()
     out = model(*inputs)
+if "{device}" == "cuda":
+    torch.cuda.synchronize()
 t4 = time.perf_counter()
 flat = torch.utils._pytree.tree_leaves(out)
 print(json.dumps({{"import_torch": t1 - t0, "load": t3 - t2, "first_call": t4 - t3,
@@ -83,9 +88,9 @@ def build(target: str) -> None:
         sys.exit(f"kiln build {target} failed:\n{run.stderr}")
 
 
-def run_once(folder: Path, script: str, way: str) -> dict[str, float]:
+def run_once(python: str, folder: Path, script: str, way: str) -> dict[str, float]:
     run = subprocess.run(
-        [PYTHON, "-c", script, way], cwd=folder, capture_output=True, text=True, check=False
+        [python, "-c", script, way], cwd=folder, capture_output=True, text=True, check=False
     )
     if run.returncode != 0:
         sys.exit(f"{way} failed:\n{run.stderr}")
@@ -99,20 +104,24 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--folder", type=Path, help="the package's folder (kiln-out/<pkg>)")
     parser.add_argument("--no-build", action="store_true", help="use the package as it is")
+    parser.add_argument("--python", default=PYTHON, help="the interpreter of the children")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = parser.parse_args()
     package, name = args.target.lstrip("/").split(":")
     if not args.no_build:
         build(args.target)
     folder = args.folder or REPO / "kiln-out" / package
     cls = "".join(part.capitalize() for part in name.split("_"))
-    script = CHILD.format(module=f"{name}_loader", cls=cls, package=f"{name}.pt2")
-    checksums = {way: run_once(folder, script, way)["checksum"] for way in WAYS}  # warm-up
+    script = CHILD.format(
+        module=f"{name}_loader", cls=cls, package=f"{name}.pt2", device=args.device
+    )
+    checksums = {way: run_once(args.python, folder, script, way)["checksum"] for way in WAYS}
     if checksums["torch"] != checksums["kiln"]:
         sys.exit(f"the outputs differ: {checksums}")
     times: dict[str, list[dict[str, float]]] = {way: [] for way in WAYS}
     for _ in range(args.runs):
         for way in WAYS:
-            times[way].append(run_once(folder, script, way))
+            times[way].append(run_once(args.python, folder, script, way))
     rows = [
         ("import torch", "import_torch"),
         ("load", "load"),
