@@ -61,23 +61,10 @@ fail() {
 start=$SECONDS
 if [ -n "${KILN_GPU_MULTI_NO_VENV:-}" ]; then
   venv=""  # the tests' smoke run: $py is kiln's own interpreter already
-elif ! [ -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import kiln, pydantic, starlark' 2>/dev/null; then
-  rm -rf "$venv"
-  # The image's python3 is itself a venv's: --system-site-packages reaches only its base
-  # interpreter's packages, so its own site-packages (torch) go into the .pth too.
-  image_site=$("$py" -c 'import sysconfig; p = sysconfig.get_paths(); print(p["purelib"]); print(p["platlib"])' | sort -u)
-  { "$py" -m venv --system-site-packages "$venv" || "$py" -m venv --system-site-packages --without-pip "$venv"; } \
-    >>"$out/env.log" 2>&1 || fail "venv: see $out/env.log"
-  pip=("$venv/bin/python" -m pip)
-  "${pip[@]}" --version >>"$out/env.log" 2>&1 || pip=("$py" -m pip --python "$venv/bin/python")
-  "${pip[@]}" install -q --no-index --no-deps --no-compile --disable-pip-version-check \
-    "$wheels"/*.whl >>"$out/env.log" 2>&1 || fail "install of $wheels: see $out/env.log"
-  purelib=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  {
-    echo "$repo/tools"
-    [ -d "$site" ] && echo "$site"
-    echo "$image_site"
-  } >"$purelib/kiln-gpu-multi-check.pth"
+else
+  . "$repo/tools/gpu_venv.sh"
+  step=$(gpu_venv "$venv" "$py" "$wheels" "$site" "$repo" "$out/env.log" kiln-gpu-multi-check.pth) \
+    || fail "$step: see $out/env.log"
 fi
 python=${venv:+$venv/bin/python}
 python=${python:-$py}

@@ -39,24 +39,9 @@ fail() {
 
 { nvidia-smi || true; "$py" -VV; command -v cmake nvcc g++ || true; } >"$out/env.log" 2>&1
 start=$SECONDS
-if ! [ -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import kiln, pydantic, starlark' 2>/dev/null; then
-  rm -rf "$venv"
-  # The image's python3 is itself a venv's: --system-site-packages reaches only its base
-  # interpreter's packages, so its own site-packages (torch) go into the .pth too.
-  image_site=$("$py" -c 'import sysconfig; p = sysconfig.get_paths(); print(p["purelib"]); print(p["platlib"])' | sort -u)
-  { "$py" -m venv --system-site-packages "$venv" || "$py" -m venv --system-site-packages --without-pip "$venv"; } \
-    >>"$out/env.log" 2>&1 || fail "venv: see $out/env.log"
-  pip=("$venv/bin/python" -m pip)
-  "${pip[@]}" --version >>"$out/env.log" 2>&1 || pip=("$py" -m pip --python "$venv/bin/python")
-  "${pip[@]}" install -q --no-index --no-deps --no-compile --disable-pip-version-check \
-    "$wheels"/*.whl >>"$out/env.log" 2>&1 || fail "install of $wheels: see $out/env.log"
-  purelib=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  {
-    echo "$repo/tools"
-    [ -d "$site" ] && echo "$site"
-    echo "$image_site"
-  } >"$purelib/kiln-gpu-trt-check.pth"
-fi
+. "$repo/tools/gpu_venv.sh"
+step=$(gpu_venv "$venv" "$py" "$wheels" "$site" "$repo" "$out/env.log" kiln-gpu-trt-check.pth) \
+  || fail "$step: see $out/env.log"
 "$venv/bin/python" -c 'import torch, kiln; print("torch", torch.__version__, torch.cuda.is_available())' \
   >>"$out/env.log" 2>&1 || fail "imports (torch, kiln): see $out/env.log"
 if (cd / && env -i "$venv/bin/python" -c 'import torch_tensorrt' 2>/dev/null); then
