@@ -469,49 +469,38 @@ def _tensorrt_package(
         "tensorrt": settings,
         "torch_executed_ops": tuple(attrs.torch_executed_ops),
     }
-    if not (attrs.refit and ctx.toolchain(TENSORRT).refit):
-        program = _export_with_weights(ctx, model, actions, goldens)
+
+    def aoti_package(program: File, *, compiled: bool, output: File, manifest: File | None) -> None:
         ctx.actions.write_spec(
             package_spec,
             TrtPackageSpec(
                 program=program.path,
-                compiled=False,
-                output=package.path,
-                manifest=manifest.path,
+                compiled=compiled,
+                output=output.path,
+                manifest=manifest.path if manifest else None,
                 **common,  # type: ignore[arg-type]
             ),
         )
+        outputs = [output, *([manifest] if manifest else [])]
         actions.run(
             "AotiPackage",
             "tensorrt.aoti_package",
             package_spec,
             [program],
-            [package, manifest],
+            outputs,
             attrs.memory_mb,
         )
+
+    if not (attrs.refit and ctx.toolchain(TENSORRT).refit):
+        program = _export_with_weights(ctx, model, actions, goldens)
+        aoti_package(program, compiled=False, output=package, manifest=manifest)
         return package, manifest
 
     refit = _refittable(ctx, model, actions, goldens, settings)
     compiled = File(refit.compiled)
     program_package = ctx.declare_file(f"{name}.program.pt2")
-    ctx.actions.write_spec(
-        package_spec,
-        TrtPackageSpec(
-            program=compiled.path,
-            compiled=True,
-            output=program_package.path,
-            manifest=None,
-            **common,  # type: ignore[arg-type]
-        ),
-    )
-    actions.run(
-        "AotiPackage",
-        "tensorrt.aoti_package",
-        package_spec,
-        [compiled],
-        [program_package],
-        attrs.memory_mb,
-    )
+    # the refittable program packaged once per structure; AotiRefit gives it its weights
+    aoti_package(compiled, compiled=True, output=program_package, manifest=None)
     refit_spec = ctx.declare_file(f"{name}.refit.json")
     ctx.actions.write_spec(
         refit_spec,
