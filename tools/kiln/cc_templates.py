@@ -7,6 +7,7 @@ both name classes and quote strings the same way.
 
 from __future__ import annotations
 
+import json
 import re
 from functools import cache
 from pathlib import Path
@@ -68,4 +69,6 @@ def environment() -> jinja2.Environment:
     )
     env.filters["cxx_string"] = cxx_string
     env.filters["py_string"] = py_string
+    # a JSON string literal (also valid Python): TensorRT's loading example writes these
+    env.filters["json_string"] = json.dumps
     return env

@@ -79,7 +79,6 @@ def render(manifest: TrtManifest, *, cc_loader: bool = True) -> dict[str, str]:
             "or cc_loader = False to build the .ep and engines without the C++ loader"
         )
     env = environment()  # imports jinja2, which loading and query never need
-    env.filters["py_string"] = json.dumps
     context = template_context(manifest, cc_loader=cc_loader)
     return {
         filename: env.get_template(template).render(context)
