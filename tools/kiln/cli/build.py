@@ -11,7 +11,7 @@ import click
 from kiln.action_graph import Action, ActionGraph
 from kiln.analysis.analysis_cache import AnalysisCache, CachedAnalysis
 from kiln.analysis.targets import analyze_targets
-from kiln.cli import flags
+from kiln.cli import EXIT_INTERRUPTED, flags
 from kiln.cli.build_options import BuildOptions, parse_action_env
 from kiln.cli.build_report import finish_report
 from kiln.cli.remote_execution import RemoteExecution, remote_execution, toolchain_resolver
@@ -52,6 +52,9 @@ def run_build(session: Session, targets: list[str], options: BuildOptions) -> in
         return reports.exit_code
     except KilnError as error:
         reports.error = error.format()
+        raise
+    except KeyboardInterrupt:
+        reports.exit_code, reports.error = EXIT_INTERRUPTED, "interrupted"
         raise
     finally:
         reports.close()
@@ -201,8 +204,9 @@ def execute_targets(
     withdrawn = sorted({*withdrawn, *placed.withdraw(early | unbuilt, session.workspace.root)})
     placed.record(planned, unbuilt | early)
     placed.save()
-    reports.executed = Executed(analysis, result, seconds, errors, withdrawn, planned)
-    return reports.executed  # type: ignore[no-any-return]
+    done = Executed(analysis, result, seconds, errors, withdrawn, planned)
+    reports.executed = done  # for the build report
+    return done
 
 
 def _failed_early(graph: TargetGraph, errors: list[KilnError], dropped: set[str]) -> set[str]:

@@ -22,7 +22,7 @@ import click
 
 from kiln.action_graph import Action
 from kiln.analysis.analysis_cache import CachedAnalysis
-from kiln.cli import flags
+from kiln.cli import EXIT_INTERRUPTED, flags
 from kiln.cli.build import Executed, execute_targets, raise_if_failed
 from kiln.cli.build_options import BuildOptions
 from kiln.cli.build_report import finish_report
@@ -70,6 +70,9 @@ def command(session: Session, /, targets: tuple[str, ...], **raw: Any) -> int:
             return reports.exit_code
         except KilnError as error:
             reports.error = error.format()
+            raise
+        except KeyboardInterrupt:
+            reports.exit_code, reports.error = EXIT_INTERRUPTED, "interrupted"
             raise
         finally:
             reports.close()
