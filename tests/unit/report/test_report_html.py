@@ -7,7 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-from kiln.cli.build_report import _latencies, _logged_metrics, _metrics, _validation
+from kiln.cli.build_report import (
+    _latencies,
+    _logged_metrics,
+    _logged_timings,
+    _metrics,
+    _validation,
+)
 from kiln.report.html import human_bytes, render, write
 from kiln.report.record import (
     ActionRecord,
@@ -181,7 +187,11 @@ def test_sizes_are_in_a_table_and_a_bar_each(page: tuple[str, Element]) -> None:
     rows = mlp.find("table", "sizes").rows()
     assert rows[1] == ["kiln-out/models/mlp_pt2.pt2", "program", "2.2 MiB", "2345678"]
     assert rows[2] == ["kiln-out/models/mlp_pt2.weights.safetensors", "weights", "1.0 KiB", "1024"]
-    bars = mlp.find("svg", "sizes-plot").find_all("rect")
+    plot = mlp.find("svg", "sizes-plot")
+    assert {"mlp_pt2.pt2", "2.2 MiB", "mlp_pt2.weights.safetensors"} <= {
+        t.text for t in plot.find_all("text")
+    }
+    bars = plot.find_all("rect")
     assert [sorted(b.classes) for b in bars] == [["program", "size"], ["size", "weights"]]
     widths = [float(b.attrs["width"]) for b in bars]
     assert widths[0] == 360.0 and widths[1] == pytest.approx(360 * 1024 / 2_345_678, abs=1)
@@ -212,7 +222,7 @@ def test_benchmark_latency_against_baseline_is_plotted(page: tuple[str, Element]
     bench = target(dom, "//models:mlp_bench")
     assert "(cached)" in bench.find("p", "test").text
     rows = bench.find("table", "latencies").rows()
-    assert rows[1][:6] == ["x=1x8", "0.125", "0.15", "0.2", "0.1", "x1.250"]
+    assert rows[1][:6] == ["x=1x8", "0.125", "0.15", "0.2", "0.1", "x1.25"]
     assert rows[2][4:6] == ["-", "-"]
     plot = bench.find("svg", "latency-plot")
     p50, baseline = plot.find_all("rect", "p50"), plot.find_all("rect", "baseline")
@@ -310,3 +320,14 @@ def test_results_read_from_the_actions_files(tmp_path: Path) -> None:
         Latency("x=1x8", 2.0, 3.0, 4.0, 1.0, None, 1.5),
     )
     assert _latencies({}, None, None) == ()
+    log = (
+        "model_benchmark //m:b: ...\n"
+        "shape    p50_ms  p90_ms  p99_ms  spread  per_s   baseline  verdict\n"
+        "x=1x10   14.869  16.044  16.044  8.046   67.3    0.011     p50 <= 1000 ms: ok\n"
+        "kiln-action-error: //m:b: x=1x10: p50 14.869 ms is x1413.253 the baseline's\n"
+    )
+    logged = _logged_timings(log)
+    assert logged == {"points": {"x=1x10": {"p50_ms": 14.869, "p90_ms": 16.044, "p99_ms": 16.044}}}
+    assert _latencies({}, logged, {"points": {"x=1x10": {"p50_ms": 0.011}}})[0].baseline_ms == (
+        0.011
+    )

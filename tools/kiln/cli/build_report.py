@@ -100,8 +100,11 @@ def gather(session: Session, reports: Reports, command: str, patterns: list[str]
     by_owner: dict[str, list[Action]] = {}
     for action in planned:
         by_owner.setdefault(action.owner, []).append(action)
+    # the specs file-write actions wrote (a test's): known at analysis, and so readable
+    # even where a failed test's outputs left kiln-out/
+    written = {a.primary_output.path: a.content for a in planned if a.content is not None}
     targets = tuple(
-        _target(label, by_owner.get(label, []), tests.get(label), root) for label in owners
+        _target(label, by_owner.get(label, []), tests.get(label), root, written) for label in owners
     )
     return Invocation(
         command=command,
@@ -117,7 +120,9 @@ def gather(session: Session, reports: Reports, command: str, patterns: list[str]
     )
 
 
-def _target(label: str, actions: list[Action], test: Any, root: Path) -> TargetRecord:
+def _target(
+    label: str, actions: list[Action], test: Any, root: Path, written: dict[str, bytes]
+) -> TargetRecord:
     files: list[FileSize] = []
     validation = None
     for action in actions:
@@ -131,7 +136,9 @@ def _target(label: str, actions: list[Action], test: Any, root: Path) -> TargetR
             files.append(FileSize(output.path, _kind(output.path), size))
             if output.path.endswith(".validation.json"):
                 validation = _validation(path) or validation
-    return TargetRecord(label, tuple(files), validation, _test(test, root) if test else None)
+    return TargetRecord(
+        label, tuple(files), validation, _test(test, root, written) if test else None
+    )
 
 
 def _kind(path: str) -> str:
@@ -157,6 +164,15 @@ def _json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def _spec(path: str, root: Path, written: dict[str, bytes]) -> Any:
+    if path in written:
+        try:
+            return json.loads(written[path])
+        except ValueError:
+            return None
+    return _json(root / path)
 
 
 def _validation(path: Path) -> Validation | None:
@@ -188,7 +204,7 @@ def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def _test(target: Any, root: Path) -> TestRecord:
+def _test(target: Any, root: Path, written: dict[str, bytes]) -> TestRecord:
     """A test_summary.TargetResult: the status over its runs, and what its last run that
     reported left: model_test metrics, model_benchmark timings."""
     runs = target.runs
@@ -206,13 +222,14 @@ def _test(target: Any, root: Path) -> TestRecord:
         benchmark = next((p for p in specs if p.endswith(".benchmark.json")), None)
         if model_test:
             kind = "model_test"
-            metrics = _metrics(_json(root / model_test), _json(results / METRICS), runs[-1].log)
+            spec = _spec(model_test, root, written)
+            metrics = _metrics(spec, _json(results / METRICS), runs[-1].log)
         elif benchmark:
             kind = "model_benchmark"
             baseline = dict(action.env).get(BASELINE_ENV)
             latencies = _latencies(
-                _json(root / benchmark),
-                _json(results / BENCHMARK),
+                _spec(benchmark, root, written),
+                _json(results / BENCHMARK) or _logged_timings(runs[-1].log),
                 _json(root / baseline) if baseline else None,
             )
     return TestRecord(
@@ -264,6 +281,24 @@ def _logged_metrics(log: str) -> dict[str, float]:
                     break
             break
     return found
+
+
+def _logged_timings(log: str) -> dict[str, Any]:
+    """model_benchmark's table (shape, p50_ms, p90_ms, p99_ms, ...) as its log holds it,
+    as benchmark.json would: a failed run (a regression) keeps no outputs."""
+    points: dict[str, dict[str, float]] = {}
+    lines = log.splitlines()
+    for i, line in enumerate(lines):
+        if line.split()[:4] == ["shape", "p50_ms", "p90_ms", "p99_ms"]:
+            for row in lines[i + 1 :]:
+                cells = row.split()
+                try:
+                    p50, p90, p99 = (float(c) for c in cells[1:4])
+                except ValueError:
+                    break
+                points[cells[0]] = {"p50_ms": p50, "p90_ms": p90, "p99_ms": p99}
+            break
+    return {"points": points}
 
 
 def _latencies(spec: Any, timings: Any, baseline: Any) -> tuple[Latency, ...]:

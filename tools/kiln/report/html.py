@@ -122,19 +122,26 @@ def _lane_order(lane: str) -> tuple[str, int]:
 
 
 def size_plot(target: TargetRecord) -> Plot | None:
+    """A bar per file, named: the artifacts (program, weights) where the target has any,
+    else all its files; the table beside it lists every file."""
     files = [f for f in target.files if f.bytes > 0]
+    artifacts = [f for f in files if f.kind in ("program", "weights")]
+    files = artifacts or files
     if not files:
         return None
     largest = max(f.bytes for f in files)
-    bars, texts = [], []
-    width = 360
+    bars: list[Bar] = []
+    texts: list[tuple[float, float, str, str]] = []
+    width, left = 360, 230
     for i, f in enumerate(files):
         y = 4 + i * 20
         w = max(1.0, width * f.bytes / largest)
         colour = {"program": "#3b7dd8", "weights": "#e39b2d"}.get(f.kind, "#8a8a8a")
-        bars.append(Bar(0, y, w, 14, colour, f"{f.path}: {f.bytes} bytes", f"size {f.kind}"))
-        texts.append((w + 6, y + 11, human_bytes(f.bytes), "start"))
-    return Plot(width + 90, 8 + len(files) * 20, tuple(bars), tuple(texts))
+        bars.append(Bar(left, y, w, 14, colour, f"{f.path}: {f.bytes} bytes", f"size {f.kind}"))
+        name = f.path.rsplit("/", 1)[-1]
+        texts.append((left - 6, y + 11, name if len(name) <= 36 else "..." + name[-33:], "end"))
+        texts.append((left + w + 6, y + 11, human_bytes(f.bytes), "start"))
+    return Plot(left + width + 90, 8 + len(files) * 20, tuple(bars), tuple(texts))
 
 
 def latency_plot(target: TargetRecord) -> Plot | None:
