@@ -245,7 +245,9 @@ def test_the_report_holds_metrics_bounds_validation_and_latencies(tests: Tests) 
     """--report: the package's sizes and validation points, each model_test's metrics
     against its bounds (a failed run's from its log), the benchmark's p50 against the
     baseline file, in the page's DOM."""
-    assert tests.run("//models:latency", "--update_baselines").code == 0
+    baseline = (tests.ws.root / "models/latency.json").read_text()
+    if '"points"' not in baseline:  # run alone: the benchmark test above records them
+        assert tests.run("//models:latency", "--update_baselines").code == 0
     run = tests.run(  # -j1: the benchmark's timings away from the other tests' load
         "//models:accuracy_test",
         "//models:strict_test",
