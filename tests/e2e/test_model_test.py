@@ -13,6 +13,7 @@ import pytest
 
 from tests.e2e.test_aoti_package import REPO
 from tests.kiln_workspace import ModelWorkspace, model_workspace, write_file
+from tests.unit.report.html_dom import parse
 
 pytestmark = pytest.mark.torch
 
@@ -238,3 +239,41 @@ def test_a_benchmark_needs_its_baseline_then_gates_on_it(tests: Tests) -> None:
     log = tests.log("latency")
     assert "timings keyed on " in log and "of baseline <= x1000: ok" in log
     assert status(gated.err, "//models:latency").startswith("PASSED in ")
+
+
+def test_the_report_holds_metrics_bounds_validation_and_latencies(tests: Tests) -> None:
+    """--report: the package's sizes and validation points, each model_test's metrics
+    against its bounds (a failed run's from its log), the benchmark's p50 against the
+    baseline file, in the page's DOM."""
+    baseline = (tests.ws.root / "models/latency.json").read_text()
+    if '"points"' not in baseline:  # run alone: the benchmark test above records them
+        assert tests.run("//models:latency", "--update_baselines").code == 0
+    run = tests.run(  # -j1: the benchmark's timings away from the other tests' load
+        "//models:accuracy_test",
+        "//models:strict_test",
+        "//models:latency",
+        "--report=r.html",
+        "--jobs=1",
+    )
+    assert run.code == 3, run.err  # strict_test's gate fails
+    dom = parse((tests.ws.root / "r.html").read_text())
+    targets = {d.attrs["data-label"]: d for d in dom.find_all("div", "target")}
+    package = targets["//models:mlp_pt2"]
+    kinds = {row[1] for row in package.find("table", "sizes").rows()[1:]}
+    assert "program" in kinds
+    validation = package.find("table", "validation").rows()[1:]
+    assert [row[0] for row in validation] == ["min", "opt", "max"]
+    assert [row[1] for row in validation] == ["x=1x10", "x=8x10", "x=64x10"]
+    assert all(row[-1] == "ok" for row in validation)
+    accuracy = {r[0]: r for r in targets["//models:accuracy_test"].find("table", "metrics").rows()}
+    assert accuracy["top1"][1:] == ["0.8", ">= 0.70", "ok"]
+    assert accuracy["mean_logit"][2:] == ["-", "-"]
+    strict = {r[0]: r for r in targets["//models:strict_test"].find("table", "metrics").rows()}
+    assert strict["top1"][1:] == ["0.8", ">= 0.95", "FAIL"]  # from its log: it kept no outputs
+    assert targets["//models:strict_test"].find("span", "status").text == "FAILED"
+    latency = targets["//models:latency"]  # passed or not (a loaded machine): its table
+    rows = {r[0]: r for r in latency.find("table", "latencies").rows()[1:]}
+    assert sorted(rows) == ["x=1x10", "x=32x10"]
+    assert all(row[4] != "-" for row in rows.values())  # the baseline's p50 beside each
+    plot = latency.find("svg", "latency-plot")
+    assert len(plot.find_all("rect", "p50")) == 2 and len(plot.find_all("rect", "baseline")) == 2

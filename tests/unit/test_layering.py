@@ -162,6 +162,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "kiln.reapi",
     ),
     "kiln.query": (*LEAVES, "kiln.label", "kiln.loading"),
+    # the build report (--report, kiln report): an invocation's record and its HTML; the
+    # CLI gathers the record, so it imports no other layer
+    "kiln.report": (),
     # kiln's rules under Bazel: the planning action runs the rules, the generator explores
     # them; attribute errors are worded by kiln.loading.attr_errors, as kiln words them;
     # the @pip repository is made from the lock with kiln.pyenv's pip and checks

@@ -94,6 +94,12 @@ class OutputBase:
         return self.root / "placed-outputs.pickle"
 
     @property
+    def last_invocation(self) -> Path:
+        """The record of the last `kiln build` or `kiln test` (kiln.report.record), which
+        `kiln report` renders; JSON."""
+        return self.root / "last-invocation.json"
+
+    @property
     def execroot(self) -> Path:
         return self.root / "execroot"
 

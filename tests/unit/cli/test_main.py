@@ -133,14 +133,14 @@ def test_every_option_of_every_command_has_help_text() -> None:
         (
             ["biuld", "//..."],
             "ERROR: unknown command 'biuld'\n"
-            "  hint: did you mean 'build'? commands: build, test, query, clean, info, worker; "
-            "see 'kiln help'\n",
+            "  hint: did you mean 'build'? commands: build, test, query, clean, info, report, "
+            "worker; see 'kiln help'\n",
         ),
         (
             ["tset", "//..."],
             "ERROR: unknown command 'tset'\n"
-            "  hint: did you mean 'test'? commands: build, test, query, clean, info, worker; "
-            "see 'kiln help'\n",
+            "  hint: did you mean 'test'? commands: build, test, query, clean, info, report, "
+            "worker; see 'kiln help'\n",
         ),
         (
             ["build", "--jbos=2", "//..."],

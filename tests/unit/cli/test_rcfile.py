@@ -61,13 +61,13 @@ def test_read_shell_quoting(tmp_path: Path) -> None:
         (
             "biuld --jobs=4\n",
             "unknown command 'biuld' "
-            "(known: common, startup, build, test, query, clean, info, worker)\n"
+            "(known: common, startup, build, test, query, clean, info, report, worker)\n"
             "  hint: did you mean 'build'?",
         ),
         (
             "frobnicate --jobs=4\n",
             "unknown command 'frobnicate' "
-            "(known: common, startup, build, test, query, clean, info, worker)",
+            "(known: common, startup, build, test, query, clean, info, report, worker)",
         ),
         ("build: --jobs=4\n", "empty config name in 'build:'"),
         ("build 'unclosed\n", "cannot parse this line: No closing quotation"),

@@ -11,8 +11,9 @@ import click
 from kiln.action_graph import Action, ActionGraph
 from kiln.analysis.analysis_cache import AnalysisCache, CachedAnalysis
 from kiln.analysis.targets import analyze_targets
-from kiln.cli import flags
+from kiln.cli import EXIT_INTERRUPTED, flags
 from kiln.cli.build_options import BuildOptions, parse_action_env
+from kiln.cli.build_report import finish_report
 from kiln.cli.remote_execution import RemoteExecution, remote_execution, toolchain_resolver
 from kiln.cli.reports import Reports, open_reports
 from kiln.cli.session import Session
@@ -45,11 +46,19 @@ def command(session: Session, /, targets: tuple[str, ...], **raw: Any) -> int:
 
 
 def run_build(session: Session, targets: list[str], options: BuildOptions) -> int:
-    reports = open_reports(options.build_event_json_file, options.profile)
+    reports = open_reports(options.build_event_json_file, options.profile, options.report)
     try:
-        return _build(session, targets, options, reports)
+        reports.exit_code = _build(session, targets, options, reports)
+        return reports.exit_code
+    except KilnError as error:
+        reports.error = error.format()
+        raise
+    except KeyboardInterrupt:
+        reports.exit_code, reports.error = EXIT_INTERRUPTED, "interrupted"
+        raise
     finally:
         reports.close()
+        finish_report(session, reports, "build", targets)
 
 
 class Plan(Protocol):
@@ -82,6 +91,7 @@ class Executed:
     seconds: float
     errors: list[KilnError]
     withdrawn: list[str]
+    planned: list[Action] = dataclasses.field(default_factory=list)  # every action run
 
 
 def _build(session: Session, targets: list[str], options: BuildOptions, reports: Reports) -> int:
@@ -194,7 +204,9 @@ def execute_targets(
     withdrawn = sorted({*withdrawn, *placed.withdraw(early | unbuilt, session.workspace.root)})
     placed.record(planned, unbuilt | early)
     placed.save()
-    return Executed(analysis, result, seconds, errors, withdrawn)
+    done = Executed(analysis, result, seconds, errors, withdrawn, planned)
+    reports.executed = done  # for the build report
+    return done
 
 
 def _failed_early(graph: TargetGraph, errors: list[KilnError], dropped: set[str]) -> set[str]:

@@ -76,6 +76,7 @@ class BuildOptions:
     explain: bool
     build_event_json_file: Path | None
     profile: Path | None
+    report: Path | None
     verbose_failures: bool
     lock_wait: bool
 

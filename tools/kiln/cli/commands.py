@@ -41,6 +41,11 @@ COMMANDS: tuple[Command, ...] = (
         "clean", "clean", "Remove kiln-out/ (--expunge: this workspace's state too)", ("build",)
     ),
     Command("info", "info", "Print workspace paths and the detected toolchains", ("build",)),
+    Command(
+        "report",
+        "report",
+        "Write the HTML report of the last build or test (kiln report [FILE.html])",
+    ),
     Command("worker", "worker", "Run actions for a REAPI server (kiln worker --reapi grpc://...)"),
 )
 BY_NAME: dict[str, Command] = {c.name: c for c in COMMANDS}

@@ -52,6 +52,9 @@ def execute_graph(
         given={
             # ExecOptions.strategy is how Python actions run here, not --strategy's list
             "strategy": "worker" if options.local_strategy == "worker" else "local",
+            # why each executed action ran: printed with --explain, always in the
+            # invocation's record (cli/build_report.py), which `kiln report` renders
+            "explain": True,
             "python": sys.executable,
             "pip_find_links": tuple(
                 str((session.workspace.root / d).expanduser().resolve())
@@ -99,7 +102,7 @@ def execute_graph(
             remote_spawner=remote_spawner if remote_execution.executor is not None else None,
             reporting=reporting,
         ) as executor:
-            reporters: list[Reporter] = [status]
+            reporters: list[Reporter] = [status, reports.timeline]
             reporters += [r for r in (reports.events, reports.profile) if r is not None]
             if reports.events:
                 reports.events.emit("build_started", actions=len(graph))

@@ -392,6 +392,15 @@ FLAGS: tuple[Flag, ...] = (
         type=click.Path(path_type=Path),
     ),
     Flag(
+        "report",
+        "Write the build report: one self-contained HTML file (artifact sizes, action "
+        "timeline, cache hits and why actions ran, validation, test metrics, benchmark "
+        "latencies); `kiln report FILE` writes it again for the last build or test",
+        "output",
+        type=click.Path(path_type=Path),
+        metavar="FILE.html",
+    ),
+    Flag(
         "verbose_failures",
         "Show more detail on errors (the Starlark stack of a BUILD file's error, the "
         "traceback behind an action's)",

@@ -22,9 +22,10 @@ import click
 
 from kiln.action_graph import Action
 from kiln.analysis.analysis_cache import CachedAnalysis
-from kiln.cli import flags
+from kiln.cli import EXIT_INTERRUPTED, flags
 from kiln.cli.build import Executed, execute_targets, raise_if_failed
 from kiln.cli.build_options import BuildOptions
+from kiln.cli.build_report import finish_report
 from kiln.cli.reports import Reports, open_reports
 from kiln.cli.session import Session
 from kiln.cli.summary import actions_line
@@ -39,6 +40,7 @@ from kiln.cli.test_runs import (
 )
 from kiln.cli.test_summary import TargetResult, print_test_summary
 from kiln.cli.test_targets import select_tests
+from kiln.errors import KilnError
 from kiln.exec.workspace_lock import workspace_lock
 from kiln.loading.loader import PackageLoader
 
@@ -62,11 +64,19 @@ def command(session: Session, /, targets: tuple[str, ...], **raw: Any) -> int:
         wait=build.lock_wait,
         on_wait=lambda message: click.echo(f"INFO: {message}", err=True),
     ):
-        reports = open_reports(build.build_event_json_file, build.profile)
+        reports = open_reports(build.build_event_json_file, build.profile, build.report)
         try:
-            return run_tests(session, list(targets), build, options, reports)
+            reports.exit_code = run_tests(session, list(targets), build, options, reports)
+            return reports.exit_code
+        except KilnError as error:
+            reports.error = error.format()
+            raise
+        except KeyboardInterrupt:
+            reports.exit_code, reports.error = EXIT_INTERRUPTED, "interrupted"
+            raise
         finally:
             reports.close()
+            finish_report(session, reports, "test", list(targets))
 
 
 class TestPlan:
@@ -111,6 +121,7 @@ def run_tests(
     )
     root = session.workspace.root
     results = _results(plan, done, root)
+    reports.tests = results
     logs = _write_logs(results, root)
     echo(actions_line(done.result.outcomes))
     _print_outputs(echo, results, logs, options.test_output)
