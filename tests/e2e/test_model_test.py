@@ -71,9 +71,11 @@ model_benchmark(
     warmup = 2,
     repeats = 3,
     iterations = 5,
-    max_p50_ms = 1000.0,
+    # bounds no loaded machine reaches: this test is of the gate's plumbing, not of
+    # timings (test_benchmark_gates.py pins the verdicts)
+    max_p50_ms = 1000000.0,
     baseline = "latency.json",
-    max_regression = 1000.0,
+    max_regression = 1000000000.0,
     tags = ["manual"],
 )
 """
@@ -237,7 +239,7 @@ def test_a_benchmark_needs_its_baseline_then_gates_on_it(tests: Tests) -> None:
     gated = tests.run("//models:latency")
     assert gated.code == 0, gated.err
     log = tests.log("latency")
-    assert "timings keyed on " in log and "of baseline <= x1000: ok" in log
+    assert "timings keyed on " in log and "of baseline <= x1e+09: ok" in log
     assert status(gated.err, "//models:latency").startswith("PASSED in ")
 
 
