@@ -48,7 +48,6 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -56,7 +55,7 @@ from kiln.cache.action_cache import ActionResult
 from kiln.cache.cas import BlobMismatch, ContentStore
 from kiln.cache.digest import Digest
 from kiln.cache.reapi import decode_action_result, encode_action_result
-from kiln.cache.remote_store import RemoteError
+from kiln.cache.remote_store import RemoteError, TransferPool
 
 __all__ = ["MIN_RATE", "RemoteCache", "RemoteError", "parse_header"]
 
@@ -131,10 +130,9 @@ class RemoteCache:
             raise ValueError(f"a minimum rate is at least 1 byte per second, not {min_rate}")
         self.timeout = timeout
         self.min_rate = min_rate
-        self._jobs = jobs
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
+        self._transfers = TransferPool(jobs, "kiln-remote")
         self._ssl = ssl.create_default_context() if self._https else None
         # Blobs whose download failed verification: reported missing by find_missing,
         # so that the result built locally overwrites them.
@@ -199,21 +197,7 @@ class RemoteCache:
             self._suspect.discard(digest.hash)
 
     def transfer_many(self, calls: Sequence[Callable[[], T]]) -> list[T]:
-        """Run calls on the transfer pool; every one finishes before the first error is raised.
-
-        A RemoteError wins over any other error: the remote is then unusable.
-        """
-        if len(calls) <= 1:
-            return [call() for call in calls]
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._jobs, thread_name_prefix="kiln-remote")
-            pool = self._pool
-        futures = [pool.submit(call) for call in calls]
-        errors = [e for e in (f.exception() for f in futures) if e is not None]
-        if errors:
-            raise next((e for e in errors if isinstance(e, RemoteError)), errors[0])
-        return [f.result() for f in futures]
+        return self._transfers.run(calls)
 
     def __enter__(self) -> RemoteCache:
         return self
@@ -225,9 +209,7 @@ class RemoteCache:
         """Close idle connections and stop the transfer threads."""
         with self._lock:
             idle, self._idle = self._idle, []
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
+        self._transfers.close()
         for conn in idle:
             conn.close()
 

@@ -14,7 +14,9 @@ RemoteError, which callers catch to build without the remote.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -83,3 +85,56 @@ def download_outputs(store: RemoteStore, result: ActionResult, cas: ContentStore
         else:
             calls.append(functools.partial(store.download, digest, cas, executable))
     store.transfer_many(calls)
+
+
+class TransferPool:
+    """A store's transfer threads, started on first use: `run` runs calls in parallel and
+    lets every one finish before the first error is raised (a RemoteError wins over any
+    other: the remote is then unusable)."""
+
+    def __init__(self, jobs: int, name: str) -> None:
+        self._jobs, self._name = jobs, name
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def run(self, calls: Sequence[Callable[[], T]]) -> list[T]:
+        if len(calls) <= 1:
+            return [call() for call in calls]
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._jobs, thread_name_prefix=self._name)
+            pool = self._pool
+        futures = [pool.submit(call) for call in calls]
+        errors = [e for e in (f.exception() for f in futures) if e is not None]
+        if errors:
+            raise next((e for e in errors if isinstance(e, RemoteError)), errors[0])
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        """Stop the threads (after their calls); the next `run` starts new ones."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+class KnownBlobs:
+    """The blobs a remote store holds as far as this process knows, so that a remote
+    spawner uploads each input once per build, whichever actions share it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: set[Digest] = set()
+
+    def upload_missing(self, store: RemoteStore, sources: Iterable[tuple[Digest, Path]]) -> None:
+        """Send the files of `sources` (digest, where the bytes are here) the store lacks."""
+        with self._lock:
+            unknown = {digest: path for digest, path in sources if digest not in self._held}
+        missing = store.find_missing(unknown)
+        store.transfer_many([functools.partial(store.upload_file, d, unknown[d]) for d in missing])
+        self.note(unknown)
+
+    def note(self, digests: Iterable[Digest]) -> None:
+        """The store holds these (uploaded, or made there)."""
+        with self._lock:
+            self._held.update(digests)

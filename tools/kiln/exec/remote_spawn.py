@@ -61,6 +61,11 @@ class RemoteSpawn:
     # --sandbox: the node runs the command in a sandbox where its kernel allows, as here.
     sandbox: bool = True
 
+    def local_files(self) -> list[tuple[Digest, Path]]:
+        """What the remote needs of this machine: each input file and wheel, by digest."""
+        files = [(i.digest, i.local_path) for i in self.inputs.values()]
+        return files + [(w.digest, w.local_path) for w in self.wheels]
+
 
 @dataclass(frozen=True)
 class RemoteSpawnResult:

@@ -39,7 +39,7 @@ from kiln.cache.action_cache import ActionResult
 from kiln.cache.cas import BlobMismatch, ContentStore
 from kiln.cache.digest import Digest
 from kiln.cache.reapi import decode_action_result
-from kiln.cache.remote_store import RemoteError, download_outputs
+from kiln.cache.remote_store import KnownBlobs, RemoteError, download_outputs
 from kiln.exec.outcome import Source
 from kiln.exec.remote_spawn import RemoteSpawn, RemoteSpawnResult
 from kiln.exec.spawn import SpawnResult
@@ -76,7 +76,7 @@ class ReapiSpawner:
         self._warn = warn
         self._lock = threading.Lock()
         self._calls: set[grpc.Future] = set()
-        self._in_remote: set[Digest] = set()
+        self._known = KnownBlobs()  # blobs the remote store holds, as far as we know
         self._cancelled = False
 
     def spawn_remote(self, spawn: RemoteSpawn) -> RemoteSpawnResult:
@@ -101,16 +101,7 @@ class ReapiSpawner:
     # -- sending --------------------------------------------------------------------
 
     def _upload_inputs(self, spawn: RemoteSpawn) -> None:
-        sources = [(i.digest, i.local_path) for i in spawn.inputs.values()]
-        sources += [(w.digest, w.local_path) for w in spawn.wheels]
-        with self._lock:
-            unknown = {d: p for d, p in sources if d not in self._in_remote}
-        missing = self.store.find_missing(unknown)
-        self.store.transfer_many(
-            [functools.partial(self.store.upload_file, d, unknown[d]) for d in missing]
-        )
-        with self._lock:
-            self._in_remote.update(unknown)
+        self._known.upload_missing(self.store, spawn.local_files())
 
     def _upload_action(self, spawn: RemoteSpawn) -> Digest:
         # The worker opens its own store: the driver's options say nothing there.

@@ -33,7 +33,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -52,7 +51,7 @@ from kiln.cache.action_cache import ActionResult
 from kiln.cache.cas import BlobMismatch, ContentStore
 from kiln.cache.digest import Digest, digest_bytes
 from kiln.cache.reapi import decode_action_result, encode_action_result
-from kiln.cache.remote_store import RemoteError
+from kiln.cache.remote_store import RemoteError, TransferPool
 from kiln.reapi.channel import ChannelSpec
 
 T = TypeVar("T")
@@ -113,11 +112,10 @@ class GrpcStore:
         self.timeout = timeout
         self.min_rate = max(min_rate, 1)
         self.digest_function = digest_function
-        self._jobs = jobs
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
         self._caps: Capabilities | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._transfers = TransferPool(jobs, "kiln-reapi")
 
     # -- connection -----------------------------------------------------------------
 
@@ -348,25 +346,13 @@ class GrpcStore:
         return bytes(data)
 
     def transfer_many(self, calls: Sequence[Callable[[], T]]) -> list[T]:
-        if len(calls) <= 1:
-            return [call() for call in calls]
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._jobs, thread_name_prefix="kiln-reapi")
-            pool = self._pool
-        futures = [pool.submit(call) for call in calls]
-        errors = [e for e in (f.exception() for f in futures) if e is not None]
-        if errors:
-            raise next((e for e in errors if isinstance(e, RemoteError)), errors[0])
-        return [f.result() for f in futures]
+        return self._transfers.run(calls)
 
     def close(self) -> None:
         with self._lock:
             channel, self._channel = self._channel, None
-            pool, self._pool = self._pool, None
             self._caps = None
-        if pool is not None:
-            pool.shutdown(wait=True)
+        self._transfers.close()
         if channel is not None:
             channel.close()
 

@@ -22,15 +22,13 @@ that is not there.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kiln.cache.action_cache import ActionResult
 from kiln.cache.cas import BlobMismatch, ContentStore
-from kiln.cache.digest import Digest
-from kiln.cache.remote_store import RemoteError, RemoteStore, download_outputs
+from kiln.cache.remote_store import KnownBlobs, RemoteError, RemoteStore, download_outputs
 from kiln.exec.outcome import Source
 from kiln.exec.remote_spawn import RemoteSpawn, RemoteSpawnResult
 from kiln.exec.spawn import SpawnResult
@@ -70,7 +68,7 @@ class RaySpawner:
         self._report = report  # what nodes said making Python environments ("INFO: ...")
         self._lock = threading.Lock()
         self._in_flight: set[ObjectRef[TaskResult]] = set()
-        self._in_remote: set[Digest] = set()  # blobs the remote cache has, as far as we know
+        self._known = KnownBlobs()  # blobs the remote store holds, as far as we know
         self._cancelled = False
 
     def spawn_remote(self, spawn: RemoteSpawn) -> RemoteSpawnResult:
@@ -146,17 +144,7 @@ class RaySpawner:
                 self._in_flight.discard(ref)
 
     def _upload_inputs(self, spawn: RemoteSpawn) -> None:
-        """The input files and wheels the remote cache lacks, from where they are here."""
-        sources = [(i.digest, i.local_path) for i in spawn.inputs.values()]
-        sources += [(w.digest, w.local_path) for w in spawn.wheels]
-        with self._lock:
-            unknown = {digest: path for digest, path in sources if digest not in self._in_remote}
-        missing = self.remote.find_missing(unknown)
-        self.remote.transfer_many(
-            [functools.partial(self.remote.upload_file, d, unknown[d]) for d in missing]
-        )
-        with self._lock:
-            self._in_remote.update(unknown)
+        self._known.upload_missing(self.remote, spawn.local_files())
 
     def _bring_back(self, ended: TaskResult) -> RemoteSpawnResult:
         for note in ended.notes:
@@ -175,8 +163,7 @@ class RaySpawner:
         except RemoteError as error:
             message = f"cannot download its outputs: {error.message}"
             return RemoteSpawnResult.failed(message, seconds=ended.seconds, lane=ended.node)
-        with self._lock:
-            self._in_remote.update(d for d, _ in ended.result.digests())
+        self._known.note(d for d, _ in ended.result.digests())
         run = SpawnResult(0, ended.seconds, Source.RAN_REMOTELY, ended.node)
         return RemoteSpawnResult(run, ended.result, printed=ended.printed)
 
