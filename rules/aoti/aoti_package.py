@@ -37,6 +37,7 @@ AotiPackage (which writes the manifest). Validation as above.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kiln.rule_api import (
@@ -60,6 +61,7 @@ from kiln.rule_api import (
     Rule,
     RuleAttrs,
     RuleContext,
+    Spec,
     TargetPlatform,
     TensorRTSettings,
     TrtCompileSpec,
@@ -340,6 +342,48 @@ class _Actions:
             supports_workers=True,
         )
 
+    def compile_and_join(
+        self,
+        structure: File,
+        weights: File,
+        *,
+        module: str,
+        compile_spec: Callable[[str, str], Spec],
+        form: WeightsForm,
+        provenance: Provenance,
+    ) -> File:
+        """AotiCompile of the structure by `module` (its spec made from the program's and the
+        layout's paths), then AotiJoin of the weights: the .pt2 (Linux and Windows alike)."""
+        ctx, name = self.ctx, self.ctx.name
+        program = ctx.declare_file(f"{name}.program.pt2")
+        layout = ctx.declare_file(f"{name}.layout.json")
+        spec = ctx.declare_file(f"{name}.compile.json")
+        ctx.actions.write_spec(spec, compile_spec(program.path, layout.path))
+        self.run("AotiCompile", module, spec, [structure], [program, layout], ctx.attrs.memory_mb)
+        package = ctx.declare_file(f"{name}.pt2")
+        join_spec = ctx.declare_file(f"{name}.join.json")
+        ctx.actions.write_spec(
+            join_spec,
+            JoinSpec(
+                program=program.path,
+                layout=layout.path,
+                weights=weights.path,
+                output=package.path,
+                form=form,
+                provenance=provenance,
+            ),
+        )
+        self.run(
+            "AotiJoin",
+            "aoti_join",
+            join_spec,
+            [program, layout, weights],
+            [package],
+            2000,
+            extra_packages=("safetensors",),
+        )
+        return package
+
 
 def _export_structure(
     ctx: RuleContext[AotiPackageAttrs],
@@ -385,49 +429,24 @@ def _compile_and_join(
     goldens: File | None,
 ) -> tuple[File, File]:
     """Export (structure + weights), compile the structure, join: (the .pt2, the weights)."""
-    attrs, name = ctx.attrs, ctx.name
+    attrs = ctx.attrs
     structure, weights = _export_structure(ctx, model, actions, goldens)
 
-    program = ctx.declare_file(f"{name}.program.pt2")
-    layout = ctx.declare_file(f"{name}.layout.json")
-    compile_spec = ctx.declare_file(f"{name}.compile.json")
-    ctx.actions.write_spec(
-        compile_spec,
-        CompileSpec(
+    package = actions.compile_and_join(
+        structure,
+        weights,
+        module="aoti_compile",
+        compile_spec=lambda program, layout: CompileSpec(
             structure=structure.path,
-            output=program.path,
-            layout=layout.path,
+            output=program,
+            layout=layout,
             device=attrs.device,
             cpu_target=attrs.cpu_target,
             cpu_isa=_cpu_isa(ctx),
             inductor_configs=attrs.inductor_configs,
         ),
-    )
-    actions.run(
-        "AotiCompile", "aoti_compile", compile_spec, [structure], [program, layout], attrs.memory_mb
-    )
-
-    package = ctx.declare_file(f"{name}.pt2")
-    join_spec = ctx.declare_file(f"{name}.join.json")
-    ctx.actions.write_spec(
-        join_spec,
-        JoinSpec(
-            program=program.path,
-            layout=layout.path,
-            weights=weights.path,
-            output=package.path,
-            form=attrs.weights,
-            provenance=_provenance(ctx, model),
-        ),
-    )
-    actions.run(
-        "AotiJoin",
-        "aoti_join",
-        join_spec,
-        [program, layout, weights],
-        [package],
-        2000,
-        extra_packages=("safetensors",),
+        form=attrs.weights,
+        provenance=_provenance(ctx, model),
     )
     return package, weights
 

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 
 from kiln.rule_api import (
     File,
-    JoinSpec,
     Provenance,
     RuleContext,
     WindowsCompileSpec,
@@ -87,67 +86,37 @@ def compile_and_join(
     weights: File,
 ) -> File:
     """AotiCompile for Windows and the join: the .pt2."""
-    attrs, name = ctx.attrs, ctx.name
+    attrs = ctx.attrs
     isa = attrs.cpu_target
-    program = ctx.declare_file(f"{name}.program.pt2")
-    layout = ctx.declare_file(f"{name}.layout.json")
-    compile_spec = ctx.declare_file(f"{name}.compile.json")
-    ctx.actions.write_spec(
-        compile_spec,
-        WindowsCompileSpec(
+    return actions.compile_and_join(
+        structure,
+        weights,
+        module="windows.aoti_compile",
+        compile_spec=lambda program, layout: WindowsCompileSpec(
             structure=structure.path,
-            output=program.path,
-            layout=layout.path,
+            output=program,
+            layout=layout,
             cpu_target=attrs.cpu_target,
             cpu_isa=isa,
             inductor_configs=attrs.inductor_configs,
             windows_torch=WINDOWS_TORCH,
         ),
-    )
-    actions.run(
-        "AotiCompile",
-        "windows.aoti_compile",
-        compile_spec,
-        [structure],
-        [program, layout],
-        attrs.memory_mb,
-    )
-    package = ctx.declare_file(f"{name}.pt2")
-    join_spec = ctx.declare_file(f"{name}.join.json")
-    ctx.actions.write_spec(
-        join_spec,
-        JoinSpec(
-            program=program.path,
-            layout=layout.path,
-            weights=weights.path,
-            output=package.path,
-            form="packaged",
-            provenance=Provenance(
-                target=ctx.label,
-                model=model.label,
-                device="cpu",
-                cpu_target=attrs.cpu_target,
-                cpu_isa=isa,
-                toolchain={
-                    "python": ctx.host.python,
-                    "os": "windows",
-                    "arch": "x86_64",
-                    "windows_torch": WINDOWS_TORCH.version,
-                    "windows_torch_sha256": WINDOWS_TORCH.sha256,
-                },
-            ),
+        form="packaged",
+        provenance=Provenance(
+            target=ctx.label,
+            model=model.label,
+            device="cpu",
+            cpu_target=attrs.cpu_target,
+            cpu_isa=isa,
+            toolchain={
+                "python": ctx.host.python,
+                "os": "windows",
+                "arch": "x86_64",
+                "windows_torch": WINDOWS_TORCH.version,
+                "windows_torch_sha256": WINDOWS_TORCH.sha256,
+            },
         ),
     )
-    actions.run(
-        "AotiJoin",
-        "aoti_join",
-        join_spec,
-        [program, layout, weights],
-        [package],
-        2000,
-        extra_packages=("safetensors",),
-    )
-    return package
 
 
 # template -> the file it renders, {name} being the loader's C name
