@@ -96,10 +96,8 @@ class Bot:
             device.properties.add(key=key, value=value)
         return bots_pb2.BotSession(bot_id=self.name, status=bots_pb2.BotStatus.OK, worker=worker)
 
-    def run(self) -> None:
-        """Serve leases until stop(); raises grpc.RpcError only if the session cannot start."""
-        metadata = self.store.spec.metadata
-        session = self.stub.CreateBotSession(
+    def _create(self, metadata: Sequence[tuple[str, str]]) -> bots_pb2.BotSession:
+        session: bots_pb2.BotSession = self.stub.CreateBotSession(
             bots_pb2.CreateBotSessionRequest(
                 parent=self.options.instance_name, bot_session=self._session()
             ),
@@ -107,6 +105,12 @@ class Bot:
             metadata=metadata,
         )
         self._start(session)  # the server may hand out leases with the session itself
+        return session
+
+    def run(self) -> None:
+        """Serve leases until stop(); raises grpc.RpcError only if the session cannot start."""
+        metadata = self.store.spec.metadata
+        session = self._create(metadata)
         while not self.stopping.is_set():
             with self._lock:
                 busy = bool(self._running) or bool(self._done)
@@ -138,6 +142,15 @@ class Bot:
                     continue
                 if self.stopping.is_set():
                     break
+                if code in _SESSION_GONE:
+                    # The server dropped this bot (past bot-session-keepalive-timeout on a
+                    # loaded machine, or after a restart: "Bot does not exist while
+                    # validating leases") and requeued its leases: a new session, or the
+                    # bot would poll a dead one for ever and the build would wait on it.
+                    with self._lock:
+                        self._done.clear()
+                    session = self._create(metadata)
+                    continue
                 time.sleep(1.0)  # the server restarting: keep the session, try again
                 continue
             with self._lock:
@@ -239,6 +252,10 @@ class Bot:
         call = self._call
         if call is not None:
             call.cancel()
+
+
+# What UpdateBotSession answers when the server no longer knows the bot's session.
+_SESSION_GONE = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
 
 
 def _reapi_result(ended: TaskResult, worker: str) -> re_pb2.ActionResult:

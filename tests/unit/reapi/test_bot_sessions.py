@@ -1,0 +1,85 @@
+"""The REAPI bot's session with the server (kiln.reapi.bot.Bot)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from buildgrid.common.protos.google.devtools.remoteworkers.v1test2 import bots_pb2
+from kiln.reapi.bot import Bot, BotOptions
+from kiln.reapi.channel import ChannelSpec
+from kiln.reapi.store import GrpcStore
+from kiln.remote.options import RemoteOptions
+
+
+class _Gone(grpc.RpcError, grpc.Call):  # type: ignore[misc]
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.INVALID_ARGUMENT
+
+    def details(self) -> str:
+        return "Bot does not exist while validating leases."
+
+    def initial_metadata(self) -> None: ...
+    def trailing_metadata(self) -> None: ...
+    def is_active(self) -> bool:
+        return False
+
+    def time_remaining(self) -> None: ...
+    def cancel(self) -> bool:
+        return False
+
+    def add_callback(self, callback: object) -> bool:
+        return False
+
+
+class _Answer:
+    def __init__(self, result: Any) -> None:
+        self._result = result
+
+    def result(self) -> Any:
+        if isinstance(self._result, Exception):
+            raise self._result
+        return self._result
+
+    def cancel(self) -> bool:
+        return True
+
+
+class _Server:
+    """BotsStub as BuildGrid answers once it dropped a bot that missed its keep-alive."""
+
+    def __init__(self, bot: Bot) -> None:
+        self.bot = bot
+        self.created: list[str] = []
+        self.updated: list[str] = []
+
+    def CreateBotSession(self, request: Any, **_: Any) -> bots_pb2.BotSession:
+        name = f"session-{len(self.created)}"
+        self.created.append(name)
+        session = bots_pb2.BotSession()
+        session.CopyFrom(request.bot_session)
+        session.name = name
+        return session
+
+    @property
+    def UpdateBotSession(self) -> _Server:
+        return self
+
+    def future(self, request: Any, **_: Any) -> _Answer:
+        self.updated.append(request.name)
+        if request.name == "session-0":
+            return _Answer(_Gone())
+        self.bot.stopping.set()  # the new session answered: enough
+        return _Answer(request.bot_session)
+
+
+def test_a_bot_the_server_dropped_opens_a_new_session_instead_of_polling_the_dead_one() -> None:
+    """Seen in CI under load: BuildGrid answered every UpdateBotSession with "Bot does not
+    exist", the bot kept polling its old session for 14 minutes, and the build waited."""
+    store = GrpcStore(ChannelSpec.parse("grpc://127.0.0.1:1"), timeout=5)
+    bot = Bot(BotOptions("grpc://127.0.0.1:1", ()), store, RemoteOptions())
+    server = _Server(bot)
+    bot.stub = server  # type: ignore[assignment]
+    bot.run()
+    assert server.created == ["session-0", "session-1"]
+    assert server.updated == ["session-0", "session-1"]
