@@ -7,6 +7,9 @@
     PY bench/bench_package_load.py --python PY --target //models:mlp_cuda --device cuda \
         --folder WS/kiln-out/models --no-build       # on the GPU machine, its venv's PY
 
+For a TensorRT package (its loader loads libtorchtrt_runtime.so) torch's way imports
+torch_tensorrt before aoti_load_package, as a user of torch's API must.
+
 kiln builds the target in this repository first (a cache hit once built). Then the two
 ways run alternately, --runs times each after one untimed warm-up of each (so the
 inductor cache, the page cache and .pyc files are warm for both, as on a machine that
@@ -57,6 +60,9 @@ inputs = [t.to("{device}") for t in inputs]
 t2 = time.perf_counter()
 if sys.argv[1] == "torch":
     import torch._inductor
+
+    if {tensorrt}:
+        import torch_tensorrt  # torch's way: the engine class comes with the package import
 
     package = torch._inductor.aoti_load_package("{package}")
     t3 = time.perf_counter()
@@ -112,8 +118,15 @@ def main() -> None:
         build(args.target)
     folder = args.folder or REPO / "kiln-out" / package
     cls = "".join(part.capitalize() for part in name.split("_"))
+    # A TensorRT package: torch's way imports torch_tensorrt (its engine class); kiln's
+    # loader loads libtorchtrt_runtime.so alone.
+    tensorrt = "_load_torchtrt_runtime()" in (folder / f"{name}_loader.py").read_text()
     script = CHILD.format(
-        module=f"{name}_loader", cls=cls, package=f"{name}.pt2", device=args.device
+        module=f"{name}_loader",
+        cls=cls,
+        package=f"{name}.pt2",
+        device=args.device,
+        tensorrt=tensorrt,
     )
     checksums = {way: run_once(args.python, folder, script, way)["checksum"] for way in WAYS}
     if checksums["torch"] != checksums["kiln"]:

@@ -141,7 +141,9 @@ def checks(spec: ValidateSpec, progress: Path) -> None:
     from kiln.actions.model_loading import example_inputs
 
     if spec.backend == "tensorrt":
-        import torch_tensorrt  # noqa: F401 - registers the TensorRT engine class the package needs
+        from kiln.actions import torchtrt_runtime
+
+        torchtrt_runtime.load()  # the engine class and ops the package needs, nothing more
 
     _check_this_cpu(spec)
     goldens, tensors = read_goldens(spec.goldens)
