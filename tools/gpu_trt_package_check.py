@@ -251,8 +251,10 @@ t1 = time.perf_counter()
 path, device, trt = sys.argv[1], sys.argv[2], sys.argv[3]
 if trt == "1":
     import torch_tensorrt  # registers the engine class and ops the package calls
-elif trt != "0":
-    torch.ops.load_library(trt)  # libtorchtrt_runtime.so alone registers them too
+elif trt == "lib":  # libtorchtrt_runtime.so alone registers them too, as AotiValidate loads it
+    from kiln.actions import torchtrt_runtime
+
+    print(torchtrt_runtime.load(), file=sys.stderr)
 t2 = time.perf_counter()
 import torch._inductor
 t2b = time.perf_counter()
@@ -332,7 +334,7 @@ def step_load() -> None:
         "mlp_trt_pt2 (again)": ("mlp_trt_pt2", "cuda", "1"),
         # the TensorRT runtime library alone, as the generated loaders can load it
         # ($KILN_TORCHTRT_RUNTIME), instead of the whole torch_tensorrt package
-        "mlp_trt_pt2 (runtime .so)": ("mlp_trt_pt2", "cuda", _torchtrt_runtime() or "1"),
+        "mlp_trt_pt2 (runtime .so)": ("mlp_trt_pt2", "cuda", "lib"),
     }
     for form, (target, device, trt) in forms.items():
         if target not in TARGETS:
