@@ -54,6 +54,7 @@ def refitted(
     from safetensors.torch import load_file
 
     from kiln.actions import weights_split
+    from kiln.actions.tensorrt import refit_constants
     from kiln.actions.tensorrt.compiler import (
         COMPILE,
         REFITTABLE,
@@ -76,8 +77,12 @@ def refitted(
             "use_weight_map_cache": True,  # 2.11 and 2.12 name it; 2.13 always does
         }
         kwargs, _ = accepted_settings(refit_fn, wanted)
+        # Torch-TensorRT's own refit module, whose per-engine step the eps fix wraps
+        steps = getattr(torch_tensorrt.dynamo, "_refit", None)
         try:
-            trt_gm = refit_fn(_as_module(torch_tensorrt.load(refit.compiled)), program, **kwargs)
+            compiled = _as_module(torch_tensorrt.load(refit.compiled))
+            with refit_constants.eps_in_weight_maps(steps):
+                trt_gm = refit_fn(compiled, program, **kwargs)
         except NotImplementedError as error:  # what @needs_refit raises
             why_not = f"{REFIT} raised {_brief(error)}"
         except Exception as error:
