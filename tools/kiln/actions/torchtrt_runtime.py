@@ -33,7 +33,7 @@ def load() -> str:
 
         return "import torch_tensorrt"
     tensorrt = _load_package_library()
-    torch.ops.load_library(str(library))
+    torch.ops.load_library(str(library))  # type: ignore[no-untyped-call]
     return f"{library} (TensorRT's library: {tensorrt or 'on the loader path'})"
 
 
