@@ -44,6 +44,17 @@ def test_each_batch_norms_eps_missing_from_the_map_is_added_from_its_node() -> N
     assert weight_name_map["0/conv2d KERNEL"] == ["0.weight", np.float32]
 
 
+def test_an_eps_the_map_lists_without_a_state_dict_name_is_moved_to_its_constants() -> None:
+    """Torch-TensorRT keeps a constant it could not find in the state dict as
+    ["", dtype] and then skips it: the refit misses it just the same."""
+    weight_name_map: dict[str, Any] = {EPS: ["", np.float16]}
+    engine = {EPS: (np.dtype(np.float32), 4)}  # a (1, 4, 1, 1) constant
+    assert add_eps_constants(weight_name_map, engine, _graph(eps=1e-5)) == [EPS]
+    assert EPS not in weight_name_map
+    value = weight_name_map["constant_mapping"][EPS]
+    assert value.dtype == np.float16 and value.shape == (4,)
+
+
 def test_a_constant_the_map_has_and_an_eps_of_no_node_here_are_left_alone() -> None:
     kept = np.array([5.0], dtype=np.float32)
     weight_name_map: dict[str, Any] = {"constant_mapping": {EPS: kept}}

@@ -50,7 +50,11 @@ def eps_in_weight_maps(refit_module: Any) -> Iterator[None]:
         if weight_name_map and new_gm is not None and engine is not None:
             try:
                 weights = _engine_weights(refit_module, engine)
-                add_eps_constants(weight_name_map, weights, new_gm.graph)
+                added = add_eps_constants(weight_name_map, weights, new_gm.graph)
+                # the action's log says what the fast refit was given (docs/gpu.md)
+                print(
+                    f"kiln: {len(added)} batch norm eps constant(s) put in the engine's weight map"
+                )
             except Exception:  # a map left as it was: the slow refit takes it
                 pass
         return step(*args, **kwargs)
@@ -75,8 +79,8 @@ def add_eps_constants(
     constants: dict[str, Any] = weight_name_map.setdefault("constant_mapping", {})
     nodes = {node.name: node for node in graph.nodes}
     added = []
-    for name, (dtype, count) in engine_weights.items():
-        if name in weight_name_map or name in constants:
+    for name, (declared, count) in engine_weights.items():
+        if name in constants or _maps_to_state_dict(weight_name_map.get(name)):
             continue
         match = EPS_CONSTANT.fullmatch(name)
         node = nodes.get(match.group(1)) if match else None
@@ -85,9 +89,22 @@ def add_eps_constants(
         eps = node.args[EPS_ARG]
         if not isinstance(eps, (int, float)):
             continue
+        # Where the map lists it with no state-dict name (what a search of the state dict
+        # for its value left: Torch-TensorRT then skips it), its dtype is the map's.
+        listed = weight_name_map.pop(name, None)
+        listed_dtype = isinstance(listed, (list, tuple)) and len(listed) == 2
+        dtype = np.dtype(listed[1]) if listed_dtype else declared
         constants[name] = np.full(count, float(eps), dtype=dtype)
         added.append(name)
     return added
+
+
+def _maps_to_state_dict(entry: Any) -> bool:
+    """Whether a weight map entry ([state-dict name(s), dtype]) names where the weight is."""
+    if not isinstance(entry, (list, tuple)) or not entry:
+        return entry is not None
+    source = entry[0]
+    return bool(source) and not (isinstance(source, str) and source.endswith(".unknown"))
 
 
 def _engine_weights(refit_module: Any, engine: Any) -> dict[str, tuple[Any, int]]:
