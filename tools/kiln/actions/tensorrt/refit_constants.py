@@ -52,11 +52,13 @@ def eps_in_weight_maps(refit_module: Any) -> Iterator[None]:
                 weights = _engine_weights(refit_module, engine)
                 added = add_eps_constants(weight_name_map, weights, new_gm.graph)
                 # the action's log says what the fast refit was given (docs/gpu.md)
+                left = [n for n in weights if EPS_CONSTANT.fullmatch(n) and n not in added]
                 print(
-                    f"kiln: {len(added)} batch norm eps constant(s) put in the engine's weight map"
+                    f"kiln: {len(added)} batch norm eps constant(s) put in the engine's weight "
+                    f"map; left: {[(n, weight_name_map.get(n)) for n in left[:2]]}"
                 )
-            except Exception:  # a map left as it was: the slow refit takes it
-                pass
+            except Exception as error:  # a map left as it was: the slow refit takes it
+                print(f"kiln: the engine's weight map left as it was ({error!r})")
         return step(*args, **kwargs)
 
     refit_module._refit_single_trt_engine_with_gm = completed
