@@ -74,11 +74,6 @@ def test_a_worker_killed_mid_action_has_its_action_run_again_by_another(
     assert ": finished (exit code 0)" in log_b, log_b
 
 
-@pytest.mark.skip(
-    reason="known defect (issue 24): on a loaded machine the build hung for over an hour "
-    "after BuildGrid's restart (CI run of 2026-12-06, its kiln worker still polling); it "
-    "passes on an idle one. Skipped until the client's wait after a restart is bounded."
-)
 def test_a_server_restarted_mid_build_is_waited_for(ws: Workspace, own_grid: BuildGrid) -> None:
     ws.write("app/BUILD", SLOW)
     ws.write("app/a.txt", "restarted\n")

@@ -149,7 +149,10 @@ class Bot:
                     # bot would poll a dead one for ever and the build would wait on it.
                     with self._lock:
                         self._done.clear()
-                    session = self._create(metadata)
+                    again = self._create_again(metadata)
+                    if again is None:
+                        break  # stop()
+                    session = again
                     continue
                 time.sleep(1.0)  # the server restarting: keep the session, try again
                 continue
@@ -158,6 +161,17 @@ class Bot:
                     if lease.state == bots_pb2.LeaseState.COMPLETED:
                         self._done.pop(lease.id, None)
             self._start(session)
+
+    def _create_again(self, metadata: Sequence[tuple[str, str]]) -> bots_pb2.BotSession | None:
+        """A new session, asked for until the server answers (None after stop()): a bot
+        that died here, while the server restarts, would leave the build waiting on no
+        worker."""
+        while not self.stopping.is_set():
+            try:
+                return self._create(metadata)
+            except grpc.RpcError:
+                self.stopping.wait(1.0)
+        return None
 
     def _leases(self, session: bots_pb2.BotSession) -> list[bots_pb2.Lease]:
         """What the bot reports: its running leases ACTIVE, its finished ones COMPLETED."""
