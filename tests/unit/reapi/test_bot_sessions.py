@@ -52,6 +52,7 @@ class _Server:
         self.bot = bot
         self.created: list[str] = []
         self.updated: list[str] = []
+        self.goodbyes: list[tuple[str, int]] = []
 
     def CreateBotSession(self, request: Any, **_: Any) -> bots_pb2.BotSession:
         name = f"session-{len(self.created)}"
@@ -64,6 +65,11 @@ class _Server:
     @property
     def UpdateBotSession(self) -> _Server:
         return self
+
+    def __call__(self, request: Any, **_: Any) -> bots_pb2.BotSession:
+        """The bot's last, blocking UpdateBotSession as it stops."""
+        self.goodbyes.append((request.name, request.bot_session.status))
+        return request.bot_session
 
     def future(self, request: Any, **_: Any) -> _Answer:
         self.updated.append(request.name)
@@ -83,6 +89,8 @@ def test_a_bot_the_server_dropped_opens_a_new_session_instead_of_polling_the_dea
     bot.run()
     assert server.created == ["session-0", "session-1"]
     assert server.updated == ["session-0", "session-1"]
+    # Stopped, it says so: BuildGrid assigns jobs only to bots whose status is OK.
+    assert server.goodbyes == [("session-1", bots_pb2.BotStatus.BOT_TERMINATING)]
 
 
 class _Down(_Gone):

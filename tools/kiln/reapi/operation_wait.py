@@ -40,6 +40,7 @@ RESUMABLE = (
     grpc.StatusCode.INTERNAL,
     grpc.StatusCode.UNKNOWN,
     grpc.StatusCode.CANCELLED,  # the server's side cancelled on its shutdown
+    grpc.StatusCode.RESOURCE_EXHAUSTED,  # BuildGrid's "Concurrent RPC limit exceeded!"
 )
 _PAUSE_S = (0.5, 1.0, 2.0, 4.0)  # between failed calls: a restarting server is given time
 
