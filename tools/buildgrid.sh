@@ -151,6 +151,10 @@ serve() {
     cat >"$dir/buildgrid.yml" <<EOF
 server:
   - !channel { address: "127.0.0.1:$port", insecure-mode: true }
+# Every bot's long poll and every Execute stream holds a server thread for its whole
+# length; with BuildGrid's default pool (5 per core: 10 here) it refused Execute with
+# RESOURCE_EXHAUSTED ("Concurrent RPC limit exceeded!") once 4 workers and a build shared it.
+thread-pool-size: 128
 authorization: { method: none }
 connections:
   - !sql-connection &sql { connection-string: "postgresql://buildgrid:buildgrid@127.0.0.1:$pgport/buildgrid" }

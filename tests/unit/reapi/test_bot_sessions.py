@@ -52,6 +52,7 @@ class _Server:
         self.bot = bot
         self.created: list[str] = []
         self.updated: list[str] = []
+        self.goodbyes: list[tuple[str, int]] = []
 
     def CreateBotSession(self, request: Any, **_: Any) -> bots_pb2.BotSession:
         name = f"session-{len(self.created)}"
@@ -64,6 +65,11 @@ class _Server:
     @property
     def UpdateBotSession(self) -> _Server:
         return self
+
+    def __call__(self, request: Any, **_: Any) -> bots_pb2.BotSession:
+        """The bot's last, blocking UpdateBotSession as it stops."""
+        self.goodbyes.append((request.name, request.bot_session.status))
+        return request.bot_session
 
     def future(self, request: Any, **_: Any) -> _Answer:
         self.updated.append(request.name)
@@ -81,5 +87,41 @@ def test_a_bot_the_server_dropped_opens_a_new_session_instead_of_polling_the_dea
     server = _Server(bot)
     bot.stub = server  # type: ignore[assignment]
     bot.run()
+    assert server.created == ["session-0", "session-1"]
+    assert server.updated == ["session-0", "session-1"]
+    # Stopped, it says so: BuildGrid assigns jobs only to bots whose status is OK.
+    assert server.goodbyes == [("session-1", bots_pb2.BotStatus.BOT_TERMINATING)]
+
+
+class _Down(_Gone):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "failed to connect to all addresses"
+
+
+class _Restarting(_Server):
+    """The server dropped the bot and is still coming back when the bot asks anew."""
+
+    def __init__(self, bot: Bot) -> None:
+        super().__init__(bot)
+        self.refused = 0
+
+    def CreateBotSession(self, request: Any, **kwargs: Any) -> bots_pb2.BotSession:
+        if self.created and self.refused < 2:
+            self.refused += 1
+            raise _Down()
+        return super().CreateBotSession(request, **kwargs)
+
+
+def test_a_bot_whose_new_session_is_refused_while_the_server_restarts_asks_again() -> None:
+    """A bot that died on that refusal would leave the build waiting on no worker."""
+    store = GrpcStore(ChannelSpec.parse("grpc://127.0.0.1:1"), timeout=5)
+    bot = Bot(BotOptions("grpc://127.0.0.1:1", ()), store, RemoteOptions())
+    server = _Restarting(bot)
+    bot.stub = server  # type: ignore[assignment]
+    bot.run()
+    assert server.refused == 2
     assert server.created == ["session-0", "session-1"]
     assert server.updated == ["session-0", "session-1"]

@@ -27,6 +27,7 @@ unsandboxed, as a farm's plain worker runs it (reapi/command_runner.py).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -81,7 +82,7 @@ class Bot:
         self.options = options
         self.store = store
         self.remote = remote  # what kiln's node runner opens its store from
-        self.name = options.name or f"{socket.gethostname()}:{id(self) % 100000}"
+        self.name = options.name or f"{socket.gethostname()}:{os.getpid()}"
         self.stub = bots_pb2_grpc.BotsStub(store.channel())
         self.stopping = threading.Event()
         self._running: dict[str, threading.Thread] = {}
@@ -149,7 +150,10 @@ class Bot:
                     # bot would poll a dead one for ever and the build would wait on it.
                     with self._lock:
                         self._done.clear()
-                    session = self._create(metadata)
+                    again = self._create_again(metadata)
+                    if again is None:
+                        break  # stop()
+                    session = again
                     continue
                 time.sleep(1.0)  # the server restarting: keep the session, try again
                 continue
@@ -158,6 +162,34 @@ class Bot:
                     if lease.state == bots_pb2.LeaseState.COMPLETED:
                         self._done.pop(lease.id, None)
             self._start(session)
+        self._goodbye(session, metadata)
+
+    def _goodbye(self, session: bots_pb2.BotSession, metadata: Sequence[tuple[str, str]]) -> None:
+        """Tell the server this bot is going (BOT_TERMINATING): BuildGrid assigns jobs to
+        OK bots only, and kept assigning them to a stopped bot until its keep-alive ran out
+        (20-30 s per action in bench/bench_reapi.py, workers started per build)."""
+        session.status = bots_pb2.BotStatus.BOT_TERMINATING
+        with self._lock:
+            finished = list(self._done.values())
+        del session.leases[:]
+        session.leases.extend(finished)
+        with contextlib.suppress(grpc.RpcError):
+            self.stub.UpdateBotSession(
+                bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session),
+                timeout=BUSY_DEADLINE_S,
+                metadata=metadata,
+            )
+
+    def _create_again(self, metadata: Sequence[tuple[str, str]]) -> bots_pb2.BotSession | None:
+        """A new session, asked for until the server answers (None after stop()): a bot
+        that died here, while the server restarts, would leave the build waiting on no
+        worker."""
+        while not self.stopping.is_set():
+            try:
+                return self._create(metadata)
+            except grpc.RpcError:
+                self.stopping.wait(1.0)
+        return None
 
     def _leases(self, session: bots_pb2.BotSession) -> list[bots_pb2.Lease]:
         """What the bot reports: its running leases ACTIVE, its finished ones COMPLETED."""

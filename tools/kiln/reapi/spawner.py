@@ -6,10 +6,12 @@
         the action, encoded as Bazel does  Command, Directory tree, Action (encoding.py),
                                            the missing ones uploaded
         Execute(action digest)             a stream of Operations until one is done; a
-                                           dropped stream (a restarted server, a proxy)
-                                           is resumed with WaitExecution(name), and an
-                                           operation the server forgot is executed again
-                                           (the server deduplicates identical actions)
+                                           dropped or silent stream (a restarted server,
+                                           a proxy) is resumed with WaitExecution(name),
+                                           an operation the server forgot is executed
+                                           again (the server deduplicates identical
+                                           actions); every call and the whole wait are
+                                           bounded (operation_wait.py)
         outputs this CAS lacks             downloaded, each verified as it is written
 
 The server caches the result under the action's digest; the kiln worker
@@ -44,17 +46,11 @@ from kiln.exec.outcome import Source
 from kiln.exec.remote_spawn import RemoteSpawn, RemoteSpawnResult
 from kiln.exec.spawn import SpawnResult
 from kiln.reapi.encoding import InputFile, encode_action
+from kiln.reapi.operation_wait import OperationWait
 from kiln.reapi.properties import platform_properties
 from kiln.reapi.store import GrpcStore, describe, to_proto
 from kiln.remote.options import RemoteOptions
 from kiln.remote_exec.protocol import RemoteTask, TaskInput, TaskWheel
-
-_RESUMABLE = (
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.INTERNAL,
-    grpc.StatusCode.UNKNOWN,
-)
 
 
 class ReapiSpawner:
@@ -90,7 +86,7 @@ class ReapiSpawner:
         try:
             self._upload_inputs(spawn)
             action_digest = self._upload_action(spawn)
-            response = self._execute(action_digest)
+            response = self._execute(action_digest, spawn.timeout)
         except RemoteError as error:
             return RemoteSpawnResult.failed(f"remote execution: {error.message}")
         except _Cancelled:
@@ -139,41 +135,36 @@ class ReapiSpawner:
 
     # -- waiting ------------------------------------------------------------------
 
-    def _execute(self, action: Digest) -> re_pb2.ExecuteResponse:
+    def _execute(self, action: Digest, action_timeout: float | None) -> re_pb2.ExecuteResponse:
+        """The operation's stream until it is done, bounded as operation_wait.py says."""
         stub = re_grpc.ExecutionStub(self.executor.channel())
         metadata = self.executor.spec.metadata
-        name = ""
-        tries = 0
+        wait = OperationWait(self.options.remote_timeout, action_timeout)
         while True:
             if self._cancelled:
                 raise _Cancelled
-            if name:
-                call = stub.WaitExecution(re_pb2.WaitExecutionRequest(name=name), metadata=metadata)
+            wait.calling()
+            if wait.name:
+                request: object = re_pb2.WaitExecutionRequest(name=wait.name)
+                call = stub.WaitExecution(request, timeout=wait.call_deadline, metadata=metadata)
             else:
                 request = re_pb2.ExecuteRequest(
                     instance_name=self.executor.instance_name, action_digest=to_proto(action)
                 )
-                call = stub.Execute(request, metadata=metadata)
+                call = stub.Execute(request, timeout=wait.call_deadline, metadata=metadata)
             try:
                 for operation in self._watch(call):
-                    name = operation.name or name
-                    tries = 0  # the server answers: a later drop starts the count again
                     if operation.done:
                         return _response(operation)
-                raise RemoteError("the server ended the operation's stream before it was done")
+                    wait.answered(operation.name, _executing(operation))
+                pause = wait.failed(
+                    grpc.StatusCode.UNAVAILABLE, "the stream ended before the action was done"
+                )
             except grpc.RpcError as e:
-                code = e.code() if isinstance(e, grpc.Call) else None
                 if self._cancelled:
                     raise _Cancelled from None
-                if code == grpc.StatusCode.NOT_FOUND and name:
-                    name = ""  # the server forgot it (restarted without its database)
-                elif code not in _RESUMABLE:
-                    raise RemoteError(f"Execute: {describe(e)}") from None
-                tries += 1
-                # Waits of up to --remote_timeout for a server that is restarting.
-                if tries * 1.0 > self.options.remote_timeout:
-                    raise RemoteError(f"Execute: {describe(e)}") from None
-                time.sleep(1.0)
+                pause = wait.failed(e.code() if isinstance(e, grpc.Call) else None, describe(e))
+            time.sleep(pause)
 
     def _watch(self, call: object) -> Iterator[operations_pb2.Operation]:
         with self._lock:
@@ -227,6 +218,13 @@ class ReapiSpawner:
 
 class _Cancelled(Exception):
     pass
+
+
+def _executing(operation: operations_pb2.Operation) -> bool:
+    metadata = re_pb2.ExecuteOperationMetadata()
+    if not operation.metadata.Unpack(metadata):
+        return False
+    return bool(metadata.stage == re_pb2.ExecutionStage.EXECUTING)
 
 
 def _response(operation: operations_pb2.Operation) -> re_pb2.ExecuteResponse:
