@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from kiln.action_specs import CompileSpec, CpuTarget, PackageSpec
 from kiln.actions import temp_state
 from kiln.actions.aoti_compile import inductor_configs
@@ -84,6 +85,7 @@ def _compile(device: str, **configs: object) -> CompileSpec:
     )
 
 
+@pytest.mark.torch  # inductor_configs of a CUDA compile imports torch
 def test_a_cuda_compile_picks_its_kernel_configs_by_heuristic_not_by_timing() -> None:
     """Timing-based autotuning made two H200 builds of one program differ."""
     assert inductor_configs(_compile("cuda"), "k")["triton.autotune_pointwise"] is False
