@@ -5,7 +5,9 @@ libraries need a GPU and are not installable here (docs/gpu.md)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 
@@ -50,3 +52,25 @@ def fake_tensorrt(root: Path) -> tuple[Path, Path]:
         check=True,
     )
     return site, runtime
+
+
+def run_python(code: str, *args: str, site: Path | None, runtime: Path | None = None) -> str:
+    """stdout of `python -c code args` in a fresh process that sees `site` on its path (no
+    library path of its own) and $KILN_TORCHTRT_RUNTIME = runtime where given."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "KILN_TORCHTRT_RUNTIME")
+    }
+    paths = [str(site)] if site is not None else []
+    env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
+    if runtime is not None:
+        env["KILN_TORCHTRT_RUNTIME"] = str(runtime)
+    run = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout.strip()

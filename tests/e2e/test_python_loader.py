@@ -16,7 +16,6 @@ fresh Python, which prints what the loader said to each.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -39,7 +38,7 @@ from tests.e2e.test_cc_loader import (
     _assert_close,
     retrained,  # noqa: F401 - the session fixture of retrained mlp weights
 )
-from tests.fake_tensorrt import fake_tensorrt
+from tests.fake_tensorrt import fake_tensorrt, run_python
 
 pytestmark = pytest.mark.torch
 
@@ -365,23 +364,8 @@ else:
 """
 
 
-def _torchtrt_runtime(folder: Path, runtime: Path | None, pythonpath: Path | None) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
-    env.pop("KILN_TORCHTRT_RUNTIME", None)
-    if runtime is not None:
-        env["KILN_TORCHTRT_RUNTIME"] = str(runtime)
-    if pythonpath is not None:
-        env["PYTHONPATH"] = str(pythonpath)
-    run = subprocess.run(
-        [sys.executable, "-c", TORCHTRT_RUNTIME, str(folder)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr
-    return run.stdout.strip()
+def _torchtrt_runtime(folder: Path, runtime: Path | None, site: Path | None) -> str:
+    return run_python(TORCHTRT_RUNTIME, str(folder), site=site, runtime=runtime)
 
 
 def test_the_tensorrt_runtime_loads_after_tensorrts_library_from_its_wheel(tmp_path: Path) -> None:

@@ -5,12 +5,9 @@ ones need a GPU."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.fake_tensorrt import fake_tensorrt
+from tests.fake_tensorrt import fake_tensorrt, run_python
 
 LOAD = """
 import sys
@@ -26,18 +23,7 @@ print("libtensorrt_rtx.so.1" in maps, "libtorchtrt_runtime.so" in maps)
 
 
 def _load(site: Path) -> list[str]:
-    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
-    run = subprocess.run(
-        [sys.executable, "-c", LOAD],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr
-    return run.stdout.strip().splitlines()
+    return run_python(LOAD, site=site).splitlines()
 
 
 def test_the_runtime_library_loads_after_tensorrts_own_without_the_import(tmp_path: Path) -> None:
