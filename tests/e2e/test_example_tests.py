@@ -1,6 +1,7 @@
-"""The example tests: `kiln test` of //models/tests (the mlp on its checked-in test set,
-ResNet-18's latency) in the repository, and of //models/tests in examples/libraries (a
-timm ResNet on 16 images a reader makes from a seed); a second run is served cached.
+"""The example tests: `kiln test` of //models/tests and //models/benchmarks (the mlp on
+its checked-in test set, ResNet-18's latency) in the repository, and of //models/tests
+in examples/libraries (a timm ResNet on 16 images a reader makes from a seed); a second
+run is served cached.
 
 Both reuse their session's build (conftest.py: repo_examples, library_examples), so what
 runs here is the eager pass over the data, the tests, and the benchmark's C++ loader.
@@ -51,7 +52,7 @@ def test_the_mlp_data_is_what_its_script_makes(tmp_path: Path) -> None:
 
 
 def test_models_tests_pass_and_a_rerun_is_cached(repo_examples: Path) -> None:
-    labels = ("//models/tests:mlp_test", "//models/tests:resnet_latency")
+    labels = ("//models/tests:mlp_test", "//models/benchmarks:resnet_latency")
     # --nocache_test_results: run them even where a developer's cache holds their passes
     first = kiln_test(REPO, SESSION_ENV, *labels, "--nocache_test_results")
     assert first.returncode == 0, first.stderr
@@ -60,7 +61,7 @@ def test_models_tests_pass_and_a_rerun_is_cached(repo_examples: Path) -> None:
     mlp = table(REPO / "kiln-testlogs/models/tests/mlp_test/test.log")
     assert mlp["top1"][1:] == ["0.9", ">=", "0.85", "-", "ok"]
     assert mlp["max_abs_error"][-1] == "ok" and mlp["cosine"][-1] == "ok"
-    latency = (REPO / "kiln-testlogs/models/tests/resnet_latency/test.log").read_text()
+    latency = (REPO / "kiln-testlogs/models/benchmarks/resnet_latency/test.log").read_text()
     assert "image=1x3x224x224" in latency and "image=4x3x224x224" in latency
     assert "p50 <= 1000 ms: ok" in latency
     again = kiln_test(REPO, SESSION_ENV, *labels)
