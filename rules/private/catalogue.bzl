@@ -25,12 +25,17 @@ KILN_PY = {
     "kiln/actions/aoti_compile.py": "tools/kiln/actions/aoti_compile.py",
     "kiln/actions/aoti_join.py": "tools/kiln/actions/aoti_join.py",
     "kiln/actions/aoti_manifest.py": "tools/kiln/actions/aoti_manifest.py",
+    "kiln/actions/cc_runner.py": "tools/kiln/actions/cc_runner.py",
     "kiln/actions/constant_layout.py": "tools/kiln/actions/constant_layout.py",
+    "kiln/actions/datasets.py": "tools/kiln/actions/datasets.py",
     "kiln/actions/errors.py": "tools/kiln/actions/errors.py",
     "kiln/actions/inductor_cache.py": "tools/kiln/actions/inductor_cache.py",
     "kiln/actions/init_weights.py": "tools/kiln/actions/init_weights.py",
     "kiln/actions/isa_compile.py": "tools/kiln/actions/isa_compile.py",
+    "kiln/actions/model_eager.py": "tools/kiln/actions/model_eager.py",
     "kiln/actions/model_loading.py": "tools/kiln/actions/model_loading.py",
+    "kiln/actions/model_runner.cpp": "tools/kiln/actions/model_runner.cpp",
+    "kiln/actions/model_test.py": "tools/kiln/actions/model_test.py",
     "kiln/actions/model_traps.py": "tools/kiln/actions/model_traps.py",
     "kiln/actions/package_loading.py": "tools/kiln/actions/package_loading.py",
     "kiln/actions/program_needs.py": "tools/kiln/actions/program_needs.py",
@@ -47,6 +52,7 @@ KILN_PY = {
     "kiln/actions/tensorrt/refit.py": "tools/kiln/actions/tensorrt/refit.py",
     "kiln/actions/tensorrt/render_loader.py": "tools/kiln/actions/tensorrt/render_loader.py",
     "kiln/actions/tensorrt/settings.py": "tools/kiln/actions/tensorrt/settings.py",
+    "kiln/actions/test_runner.py": "tools/kiln/actions/test_runner.py",
     "kiln/actions/toolchain_paths.py": "tools/kiln/actions/toolchain_paths.py",
     "kiln/actions/torch_export.py": "tools/kiln/actions/torch_export.py",
     "kiln/actions/torchvision_cpu.py": "tools/kiln/actions/torchvision_cpu.py",
@@ -267,6 +273,30 @@ CODE = {
         "kiln/actions/spec.py",
         "kiln/actions/torchvision_cpu.py",
     ],
+    "kiln.actions.model_eager": [
+        "kiln/__init__.py",
+        "kiln/action_specs.py",
+        "kiln/actions/__init__.py",
+        "kiln/actions/datasets.py",
+        "kiln/actions/errors.py",
+        "kiln/actions/model_eager.py",
+        "kiln/actions/model_loading.py",
+        "kiln/actions/spec.py",
+        "kiln/actions/torchvision_cpu.py",
+        "kiln/model_test_specs.py",
+    ],
+    "kiln.actions.model_test": [
+        "kiln/__init__.py",
+        "kiln/action_specs.py",
+        "kiln/actions/__init__.py",
+        "kiln/actions/cc_runner.py",
+        "kiln/actions/datasets.py",
+        "kiln/actions/errors.py",
+        "kiln/actions/model_runner.cpp",
+        "kiln/actions/model_test.py",
+        "kiln/actions/spec.py",
+        "kiln/model_test_specs.py",
+    ],
     "kiln.actions.tensorrt.aoti_package": [
         "kiln/__init__.py",
         "kiln/action_specs.py",
@@ -335,6 +365,12 @@ CODE = {
         "kiln/rules/tensorrt/templates/trt_loader.cpp.j2",
         "kiln/rules/tensorrt/templates/trt_loader.h.j2",
         "kiln/rules/tensorrt/templates/trt_run.cpp.j2",
+    ],
+    "kiln.actions.test_runner": [
+        "kiln/__init__.py",
+        "kiln/actions/__init__.py",
+        "kiln/actions/test_runner.py",
+        "kiln/test_results.py",
     ],
     "kiln.actions.torch_export": [
         "kiln/__init__.py",
@@ -455,6 +491,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
                 "cc": None,
             },
         },
@@ -469,8 +506,18 @@ RULES = {
         "shapes": {
             "[]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.weights.json", "directory": False},
-                    {"kind": "out_attr", "value": "out", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.weights.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out_attr",
+                        "value": "out",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.weights.json"},
@@ -479,6 +526,7 @@ RULES = {
                     {
                         "mnemonic": "ModelWeights",
                         "module": "kiln.actions.init_weights",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -502,6 +550,7 @@ RULES = {
                             {"kind": "out_attr", "value": "out"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -509,6 +558,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
                 "cc": None,
             },
         },
@@ -529,46 +579,102 @@ RULES = {
         "shapes": {
             "[\"cpu\",\"inductor\",\"linux_x86_64\",\"packaged\",false]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.manifest_spec.json",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -585,6 +691,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -611,10 +718,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -639,10 +748,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -668,10 +779,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiManifest",
                         "module": "kiln.actions.aoti_manifest",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -695,6 +808,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -709,6 +823,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -718,57 +833,120 @@ RULES = {
             },
             "[\"cpu\",\"inductor\",\"linux_x86_64\",\"packaged\",true]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.golden.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.validate.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.validate.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.validation.json",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}.manifest_spec.json",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -786,6 +964,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -813,10 +992,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -841,10 +1022,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -870,10 +1053,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiValidate",
                         "module": "kiln.actions.validate",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -898,10 +1083,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.validation.json"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiManifest",
                         "module": "kiln.actions.aoti_manifest",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -925,6 +1112,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -940,6 +1128,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -949,46 +1138,102 @@ RULES = {
             },
             "[\"cpu\",\"inductor\",\"linux_x86_64\",\"separate\",false]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.manifest_spec.json",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -1005,6 +1250,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1031,10 +1277,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1059,10 +1307,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1088,10 +1338,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiManifest",
                         "module": "kiln.actions.aoti_manifest",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1115,6 +1367,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -1129,6 +1382,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -1138,57 +1392,120 @@ RULES = {
             },
             "[\"cpu\",\"inductor\",\"linux_x86_64\",\"separate\",true]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.golden.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.validate.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.validate.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.validation.json",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}.manifest_spec.json",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -1206,6 +1523,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1233,10 +1551,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1261,10 +1581,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1290,10 +1612,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiValidate",
                         "module": "kiln.actions.validate",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1319,10 +1643,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.validation.json"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiManifest",
                         "module": "kiln.actions.aoti_manifest",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1346,6 +1672,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -1361,6 +1688,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -1370,38 +1698,83 @@ RULES = {
             },
             "[\"cpu\",\"inductor\",\"windows_x86_64\",\"packaged\",false]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_windows_loader/{name}_loader.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_windows_loader/{name}_loader.c",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_windows_loader/{name}_loader_run.c",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_windows_loader/CMakeLists.txt",
                         "directory": False,
+                        "test": False,
                     },
                 ],
                 "writes": [
@@ -1420,6 +1793,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1446,10 +1820,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.windows.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1474,10 +1850,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1503,6 +1881,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -1518,6 +1897,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
                 "cc": {
                     "srcs": [],
                     "hdrs": ["{name}_windows_loader/{name}_loader.h"],
@@ -1527,49 +1907,101 @@ RULES = {
             },
             "[\"cpu\",\"inductor\",\"windows_x86_64\",\"packaged\",true]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.golden.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_windows_loader/{name}_loader.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_windows_loader/{name}_loader.c",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_windows_loader/{name}_loader_run.c",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_windows_loader/CMakeLists.txt",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.validate.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.validate.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.validation.json",
                         "directory": False,
+                        "test": False,
                     },
                 ],
                 "writes": [
@@ -1589,6 +2021,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1616,10 +2049,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.windows.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1644,10 +2079,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1673,10 +2110,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiValidate",
                         "module": "kiln.actions.windows.validate",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1717,6 +2156,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.validation.json"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -1733,6 +2173,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
                 "cc": {
                     "srcs": [],
                     "hdrs": ["{name}_windows_loader/{name}_loader.h"],
@@ -1742,46 +2183,102 @@ RULES = {
             },
             "[\"cuda\",\"inductor\",\"linux_x86_64\",\"packaged\",false]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.manifest_spec.json",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -1798,6 +2295,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1824,10 +2322,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1852,10 +2352,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1881,10 +2383,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiManifest",
                         "module": "kiln.actions.aoti_manifest",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1908,6 +2412,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -1922,6 +2427,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": True,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -1931,57 +2437,120 @@ RULES = {
             },
             "[\"cuda\",\"inductor\",\"linux_x86_64\",\"packaged\",true]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.golden.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.validate.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.validate.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.validation.json",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}.manifest_spec.json",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -1999,6 +2568,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2026,10 +2596,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2054,10 +2626,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2083,10 +2657,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiValidate",
                         "module": "kiln.actions.validate",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2111,10 +2687,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.validation.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiManifest",
                         "module": "kiln.actions.aoti_manifest",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2138,6 +2716,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -2153,6 +2732,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": True,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -2162,46 +2742,102 @@ RULES = {
             },
             "[\"cuda\",\"inductor\",\"linux_x86_64\",\"separate\",false]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.manifest_spec.json",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -2218,6 +2854,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2244,10 +2881,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2272,10 +2911,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2301,10 +2942,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiManifest",
                         "module": "kiln.actions.aoti_manifest",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2328,6 +2971,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -2342,6 +2986,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": True,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -2351,57 +2996,120 @@ RULES = {
             },
             "[\"cuda\",\"inductor\",\"linux_x86_64\",\"separate\",true]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.golden.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.validate.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.validate.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.validation.json",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}.manifest_spec.json",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -2419,6 +3127,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2446,10 +3155,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2474,10 +3185,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2503,10 +3216,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiValidate",
                         "module": "kiln.actions.validate",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2532,10 +3247,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.validation.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiManifest",
                         "module": "kiln.actions.aoti_manifest",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2559,6 +3276,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -2574,6 +3292,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": True,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -2583,33 +3302,72 @@ RULES = {
             },
             "[\"cuda\",\"tensorrt\",\"linux_x86_64\",\"packaged\",false]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
-                    {"kind": "out", "value": "{name}.ep.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.package.json", "directory": False},
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.ep.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.package.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -2624,6 +3382,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2649,10 +3408,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.needs.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiPackage",
                         "module": "kiln.actions.tensorrt.aoti_package",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2677,6 +3438,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -2690,6 +3452,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": True,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -2699,44 +3462,90 @@ RULES = {
             },
             "[\"cuda\",\"tensorrt\",\"linux_x86_64\",\"packaged\",true]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
-                    {"kind": "out", "value": "{name}.ep.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.ep.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.golden.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.package.json", "directory": False},
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.validate.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.package.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.validate.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.validation.json",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -2752,6 +3561,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2778,10 +3588,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.needs.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiPackage",
                         "module": "kiln.actions.tensorrt.aoti_package",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2806,10 +3618,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiValidate",
                         "module": "kiln.actions.validate",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2834,6 +3648,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.validation.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -2848,6 +3663,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": True,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -2867,12 +3683,42 @@ RULES = {
         "shapes": {
             "[]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.trt.json", "directory": False},
-                    {"kind": "out", "value": "{name}.engines", "directory": True},
-                    {"kind": "out", "value": "{name}.ep", "directory": False},
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
-                    {"kind": "out", "value": "{name}.loader.json", "directory": False},
-                    {"kind": "out", "value": "{name}_loader", "directory": True},
+                    {
+                        "kind": "out",
+                        "value": "{name}.trt.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.engines",
+                        "directory": True,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.ep",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.loader.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader",
+                        "directory": True,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.trt.json"},
@@ -2882,6 +3728,7 @@ RULES = {
                     {
                         "mnemonic": "TrtEngine",
                         "module": "kiln.actions.tensorrt.engine",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2908,10 +3755,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "TrtLoader",
                         "module": "kiln.actions.tensorrt.render_loader",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2934,6 +3783,7 @@ RULES = {
                             {"kind": "out", "value": "{name}_loader"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -2944,6 +3794,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": True,
+                "test": False,
                 "cc": None,
             },
         },
@@ -2958,12 +3809,42 @@ RULES = {
         "shapes": {
             "[]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.trt.json", "directory": False},
-                    {"kind": "out", "value": "{name}.engines", "directory": True},
-                    {"kind": "out", "value": "{name}.ep", "directory": False},
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
-                    {"kind": "out", "value": "{name}.loader.json", "directory": False},
-                    {"kind": "out", "value": "{name}_loader", "directory": True},
+                    {
+                        "kind": "out",
+                        "value": "{name}.trt.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.engines",
+                        "directory": True,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.ep",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.loader.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader",
+                        "directory": True,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.trt.json"},
@@ -2973,6 +3854,7 @@ RULES = {
                     {
                         "mnemonic": "TrtEngine",
                         "module": "kiln.actions.tensorrt.engine",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2999,10 +3881,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "TrtLoader",
                         "module": "kiln.actions.tensorrt.render_loader",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -3025,6 +3909,7 @@ RULES = {
                             {"kind": "out", "value": "{name}_loader"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -3035,6 +3920,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": True,
+                "test": False,
                 "cc": None,
             },
         },
@@ -3056,6 +3942,638 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
+                "cc": None,
+            },
+        },
+    },
+    "model_dataset": {
+        "doc": "Named arrays (a .npz, a .safetensors, or files and a reader) for model_test.",
+        "public": False,
+        "labels": {"srcs": "label_list", "reader": "label"},
+        "outputs": {},
+        "key": [],
+        "defaults": {},
+        "shapes": {
+            "[]": {
+                "outputs": [],
+                "writes": [],
+                "actions": [],
+                "files": [
+                    {"kind": "attr", "value": "reader"},
+                    {"kind": "attr", "value": "srcs"},
+                ],
+                "runfiles": [],
+                "gpu": False,
+                "test": False,
+                "cc": None,
+            },
+        },
+    },
+    "model_test": {
+        "doc": "Runs an aoti_package over a model_dataset: metrics, gates against bounds and a baseline; a test `kiln test` runs and caches.",
+        "public": False,
+        "labels": {
+            "artifact": "label",
+            "data": "label",
+            "eager": "label",
+            "reference": "label",
+            "baseline": "label",
+            "metric_src": "label",
+        },
+        "outputs": {},
+        "key": ["eager"],
+        "defaults": {"eager": False},
+        "shapes": {
+            "[false]": {
+                "outputs": [
+                    {
+                        "kind": "out",
+                        "value": "{name}.model_test.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.test",
+                        "directory": True,
+                        "test": True,
+                    },
+                ],
+                "writes": [
+                    {"kind": "out", "value": "{name}.model_test.json"},
+                ],
+                "actions": [
+                    {
+                        "mnemonic": "TestRunner",
+                        "module": "kiln.actions.test_runner",
+                        "command_module": "kiln.actions.model_test",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.test_runner"},
+                            {"text": "--"},
+                            {"text": "python"},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.model_test"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.model_test.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "attr", "value": "data.reader"},
+                            {"kind": "attr", "value": "data.srcs"},
+                            {"kind": "attr", "value": "metric_src"},
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.manifest.json",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.pt2",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.validation.json",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.weights.safetensors",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader.py",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.BUILD.bazel",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.cpp",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.h",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}Config.cmake",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.manifest.json",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.pt2",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.validation.json",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.weights.safetensors",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader.py",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.BUILD.bazel",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.cpp",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.h",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}Config.cmake",
+                                "attr": "baseline",
+                            },
+                            {"kind": "out", "value": "{name}.model_test.json"},
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.manifest.json",
+                                "attr": "reference",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.pt2",
+                                "attr": "reference",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.validation.json",
+                                "attr": "reference",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.weights.safetensors",
+                                "attr": "reference",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader.py",
+                                "attr": "reference",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.BUILD.bazel",
+                                "attr": "reference",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.cpp",
+                                "attr": "reference",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.h",
+                                "attr": "reference",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}Config.cmake",
+                                "attr": "reference",
+                            },
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.test"},
+                        ],
+                        "gpu": False,
+                        "test": True,
+                    },
+                ],
+                "files": [
+                    {"kind": "attr", "value": "data.reader"},
+                    {"kind": "attr", "value": "data.srcs"},
+                    {"kind": "attr", "value": "metric_src"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.manifest.json",
+                        "attr": "artifact",
+                    },
+                    {"kind": "dep_out", "value": "{name}.pt2", "attr": "artifact"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.validation.json",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.weights.safetensors",
+                        "attr": "artifact",
+                    },
+                    {"kind": "dep_out", "value": "{name}_loader.py", "attr": "artifact"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.BUILD.bazel",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.cpp",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.h",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}Config.cmake",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.manifest.json",
+                        "attr": "baseline",
+                    },
+                    {"kind": "dep_out", "value": "{name}.pt2", "attr": "baseline"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.validation.json",
+                        "attr": "baseline",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.weights.safetensors",
+                        "attr": "baseline",
+                    },
+                    {"kind": "dep_out", "value": "{name}_loader.py", "attr": "baseline"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.BUILD.bazel",
+                        "attr": "baseline",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.cpp",
+                        "attr": "baseline",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.h",
+                        "attr": "baseline",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}Config.cmake",
+                        "attr": "baseline",
+                    },
+                    {"kind": "out", "value": "{name}.model_test.json"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.manifest.json",
+                        "attr": "reference",
+                    },
+                    {"kind": "dep_out", "value": "{name}.pt2", "attr": "reference"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.validation.json",
+                        "attr": "reference",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.weights.safetensors",
+                        "attr": "reference",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader.py",
+                        "attr": "reference",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.BUILD.bazel",
+                        "attr": "reference",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.cpp",
+                        "attr": "reference",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.h",
+                        "attr": "reference",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}Config.cmake",
+                        "attr": "reference",
+                    },
+                ],
+                "runfiles": [],
+                "gpu": False,
+                "test": True,
+                "cc": None,
+            },
+            "[true]": {
+                "outputs": [
+                    {
+                        "kind": "out",
+                        "value": "{name}.eager.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.eager.safetensors",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.model_test.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.test",
+                        "directory": True,
+                        "test": True,
+                    },
+                ],
+                "writes": [
+                    {"kind": "out", "value": "{name}.eager.json"},
+                    {"kind": "out", "value": "{name}.model_test.json"},
+                ],
+                "actions": [
+                    {
+                        "mnemonic": "ModelEager",
+                        "module": "kiln.actions.model_eager",
+                        "command_module": None,
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.model_eager"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.eager.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "attr", "value": "data.reader"},
+                            {"kind": "attr", "value": "data.srcs"},
+                            {"kind": "attr", "value": "eager.deps"},
+                            {"kind": "attr", "value": "eager.src"},
+                            {"kind": "attr", "value": "eager.weights"},
+                            {"kind": "out", "value": "{name}.eager.json"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.eager.safetensors"},
+                        ],
+                        "gpu": False,
+                        "test": False,
+                    },
+                    {
+                        "mnemonic": "TestRunner",
+                        "module": "kiln.actions.test_runner",
+                        "command_module": "kiln.actions.model_test",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.test_runner"},
+                            {"text": "--"},
+                            {"text": "python"},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.model_test"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.model_test.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "attr", "value": "data.reader"},
+                            {"kind": "attr", "value": "data.srcs"},
+                            {"kind": "attr", "value": "metric_src"},
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.manifest.json",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.pt2",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.validation.json",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.weights.safetensors",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader.py",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.BUILD.bazel",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.cpp",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.h",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}Config.cmake",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.manifest.json",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.pt2",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.validation.json",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.weights.safetensors",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader.py",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.BUILD.bazel",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.cpp",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.h",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}Config.cmake",
+                                "attr": "baseline",
+                            },
+                            {"kind": "out", "value": "{name}.eager.safetensors"},
+                            {"kind": "out", "value": "{name}.model_test.json"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.test"},
+                        ],
+                        "gpu": False,
+                        "test": True,
+                    },
+                ],
+                "files": [
+                    {"kind": "attr", "value": "data.reader"},
+                    {"kind": "attr", "value": "data.srcs"},
+                    {"kind": "attr", "value": "metric_src"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.manifest.json",
+                        "attr": "artifact",
+                    },
+                    {"kind": "dep_out", "value": "{name}.pt2", "attr": "artifact"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.validation.json",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.weights.safetensors",
+                        "attr": "artifact",
+                    },
+                    {"kind": "dep_out", "value": "{name}_loader.py", "attr": "artifact"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.BUILD.bazel",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.cpp",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.h",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}Config.cmake",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.manifest.json",
+                        "attr": "baseline",
+                    },
+                    {"kind": "dep_out", "value": "{name}.pt2", "attr": "baseline"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.validation.json",
+                        "attr": "baseline",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.weights.safetensors",
+                        "attr": "baseline",
+                    },
+                    {"kind": "dep_out", "value": "{name}_loader.py", "attr": "baseline"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.BUILD.bazel",
+                        "attr": "baseline",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.cpp",
+                        "attr": "baseline",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.h",
+                        "attr": "baseline",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}Config.cmake",
+                        "attr": "baseline",
+                    },
+                    {"kind": "out", "value": "{name}.eager.safetensors"},
+                    {"kind": "out", "value": "{name}.model_test.json"},
+                ],
+                "runfiles": [],
+                "gpu": False,
+                "test": True,
                 "cc": None,
             },
         },
