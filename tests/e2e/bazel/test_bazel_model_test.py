@@ -35,7 +35,7 @@ def bazel_test(twins: Twins, label: str) -> tuple[int, str, Path]:
     run = twins.bazel("test", "--color=no", "--curses=no", label)
     testlogs = Path(twins.bazel.ok("info", "bazel-testlogs").out.strip())
     package, name = label.removeprefix("//").split(":")
-    return run.code, run.err, testlogs / package / name
+    return run.code, run.err + run.out, testlogs / package / name  # the summary is stdout
 
 
 def rows(log: str) -> list[list[str]]:
