@@ -41,7 +41,7 @@ BAZEL_NATIVE = ("filegroup", "genrule", "sh_test", "test_suite")
 
 # kiln's rules the Bazel rule set has no counterpart of yet, so @kiln//rules:defs.bzl
 # does not export them: a BUILD file that calls one builds with kiln only.
-NOT_IN_BAZEL: tuple[str, ...] = ("model_dataset", "model_test", "model_benchmark")
+NOT_IN_BAZEL: tuple[str, ...] = ("model_benchmark",)
 
 # The label a BUILD file shared with Bazel loads kiln's rules from, and what it exports.
 DEFS_BZL = "@kiln//rules:defs.bzl"

@@ -25,12 +25,17 @@ KILN_PY = {
     "kiln/actions/aoti_compile.py": "tools/kiln/actions/aoti_compile.py",
     "kiln/actions/aoti_join.py": "tools/kiln/actions/aoti_join.py",
     "kiln/actions/aoti_manifest.py": "tools/kiln/actions/aoti_manifest.py",
+    "kiln/actions/cc_runner.py": "tools/kiln/actions/cc_runner.py",
     "kiln/actions/constant_layout.py": "tools/kiln/actions/constant_layout.py",
+    "kiln/actions/datasets.py": "tools/kiln/actions/datasets.py",
     "kiln/actions/errors.py": "tools/kiln/actions/errors.py",
     "kiln/actions/inductor_cache.py": "tools/kiln/actions/inductor_cache.py",
     "kiln/actions/init_weights.py": "tools/kiln/actions/init_weights.py",
     "kiln/actions/isa_compile.py": "tools/kiln/actions/isa_compile.py",
+    "kiln/actions/model_eager.py": "tools/kiln/actions/model_eager.py",
     "kiln/actions/model_loading.py": "tools/kiln/actions/model_loading.py",
+    "kiln/actions/model_runner.cpp": "tools/kiln/actions/model_runner.cpp",
+    "kiln/actions/model_test.py": "tools/kiln/actions/model_test.py",
     "kiln/actions/model_traps.py": "tools/kiln/actions/model_traps.py",
     "kiln/actions/package_loading.py": "tools/kiln/actions/package_loading.py",
     "kiln/actions/program_needs.py": "tools/kiln/actions/program_needs.py",
@@ -48,6 +53,7 @@ KILN_PY = {
     "kiln/actions/tensorrt/refit_constants.py": "tools/kiln/actions/tensorrt/refit_constants.py",
     "kiln/actions/tensorrt/render_loader.py": "tools/kiln/actions/tensorrt/render_loader.py",
     "kiln/actions/tensorrt/settings.py": "tools/kiln/actions/tensorrt/settings.py",
+    "kiln/actions/test_runner.py": "tools/kiln/actions/test_runner.py",
     "kiln/actions/toolchain_paths.py": "tools/kiln/actions/toolchain_paths.py",
     "kiln/actions/torch_export.py": "tools/kiln/actions/torch_export.py",
     "kiln/actions/torchtrt_runtime.py": "tools/kiln/actions/torchtrt_runtime.py",
@@ -269,6 +275,30 @@ CODE = {
         "kiln/actions/spec.py",
         "kiln/actions/torchvision_cpu.py",
     ],
+    "kiln.actions.model_eager": [
+        "kiln/__init__.py",
+        "kiln/action_specs.py",
+        "kiln/actions/__init__.py",
+        "kiln/actions/datasets.py",
+        "kiln/actions/errors.py",
+        "kiln/actions/model_eager.py",
+        "kiln/actions/model_loading.py",
+        "kiln/actions/spec.py",
+        "kiln/actions/torchvision_cpu.py",
+        "kiln/model_test_specs.py",
+    ],
+    "kiln.actions.model_test": [
+        "kiln/__init__.py",
+        "kiln/action_specs.py",
+        "kiln/actions/__init__.py",
+        "kiln/actions/cc_runner.py",
+        "kiln/actions/datasets.py",
+        "kiln/actions/errors.py",
+        "kiln/actions/model_runner.cpp",
+        "kiln/actions/model_test.py",
+        "kiln/actions/spec.py",
+        "kiln/model_test_specs.py",
+    ],
     "kiln.actions.tensorrt.aoti_package": [
         "kiln/__init__.py",
         "kiln/action_specs.py",
@@ -339,6 +369,12 @@ CODE = {
         "kiln/rules/tensorrt/templates/trt_loader.cpp.j2",
         "kiln/rules/tensorrt/templates/trt_loader.h.j2",
         "kiln/rules/tensorrt/templates/trt_run.cpp.j2",
+    ],
+    "kiln.actions.test_runner": [
+        "kiln/__init__.py",
+        "kiln/actions/__init__.py",
+        "kiln/actions/test_runner.py",
+        "kiln/test_results.py",
     ],
     "kiln.actions.torch_export": [
         "kiln/__init__.py",
@@ -461,6 +497,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
                 "cc": None,
             },
         },
@@ -475,8 +512,18 @@ RULES = {
         "shapes": {
             "[]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.weights.json", "directory": False},
-                    {"kind": "out_attr", "value": "out", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.weights.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out_attr",
+                        "value": "out",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.weights.json"},
@@ -485,6 +532,7 @@ RULES = {
                     {
                         "mnemonic": "ModelWeights",
                         "module": "kiln.actions.init_weights",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -508,6 +556,7 @@ RULES = {
                             {"kind": "out_attr", "value": "out"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -515,6 +564,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
                 "cc": None,
             },
         },
@@ -535,46 +585,102 @@ RULES = {
         "shapes": {
             "[\"cpu\",\"inductor\",\"linux_x86_64\",\"packaged\",false]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.manifest_spec.json",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -591,6 +697,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -617,10 +724,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -645,10 +754,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -674,10 +785,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiManifest",
                         "module": "kiln.actions.aoti_manifest",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -701,6 +814,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -715,6 +829,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -724,57 +839,120 @@ RULES = {
             },
             "[\"cpu\",\"inductor\",\"linux_x86_64\",\"packaged\",true]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.golden.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.validate.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.validate.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.validation.json",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}.manifest_spec.json",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -792,6 +970,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -819,10 +998,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -847,10 +1028,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -876,10 +1059,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiValidate",
                         "module": "kiln.actions.validate",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -904,10 +1089,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.validation.json"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiManifest",
                         "module": "kiln.actions.aoti_manifest",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -931,6 +1118,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -946,6 +1134,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -955,46 +1144,102 @@ RULES = {
             },
             "[\"cpu\",\"inductor\",\"linux_x86_64\",\"separate\",false]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.manifest_spec.json",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -1011,6 +1256,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1037,10 +1283,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1065,10 +1313,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1094,10 +1344,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiManifest",
                         "module": "kiln.actions.aoti_manifest",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1121,6 +1373,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -1135,6 +1388,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -1144,57 +1398,120 @@ RULES = {
             },
             "[\"cpu\",\"inductor\",\"linux_x86_64\",\"separate\",true]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.golden.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.validate.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.validate.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.validation.json",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}.manifest_spec.json",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -1212,6 +1529,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1239,10 +1557,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1267,10 +1587,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1296,10 +1618,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiValidate",
                         "module": "kiln.actions.validate",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1325,10 +1649,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.validation.json"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiManifest",
                         "module": "kiln.actions.aoti_manifest",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1352,6 +1678,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -1367,6 +1694,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -1376,38 +1704,83 @@ RULES = {
             },
             "[\"cpu\",\"inductor\",\"windows_x86_64\",\"packaged\",false]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_windows_loader/{name}_loader.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_windows_loader/{name}_loader.c",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_windows_loader/{name}_loader_run.c",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_windows_loader/CMakeLists.txt",
                         "directory": False,
+                        "test": False,
                     },
                 ],
                 "writes": [
@@ -1426,6 +1799,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1452,10 +1826,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.windows.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1480,10 +1856,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1509,6 +1887,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -1524,6 +1903,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
                 "cc": {
                     "srcs": [],
                     "hdrs": ["{name}_windows_loader/{name}_loader.h"],
@@ -1533,49 +1913,101 @@ RULES = {
             },
             "[\"cpu\",\"inductor\",\"windows_x86_64\",\"packaged\",true]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.golden.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_windows_loader/{name}_loader.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_windows_loader/{name}_loader.c",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_windows_loader/{name}_loader_run.c",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_windows_loader/CMakeLists.txt",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.validate.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.validate.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.validation.json",
                         "directory": False,
+                        "test": False,
                     },
                 ],
                 "writes": [
@@ -1595,6 +2027,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1622,10 +2055,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.windows.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1650,10 +2085,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1679,10 +2116,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiValidate",
                         "module": "kiln.actions.windows.validate",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1723,6 +2162,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.validation.json"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -1739,6 +2179,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
                 "cc": {
                     "srcs": [],
                     "hdrs": ["{name}_windows_loader/{name}_loader.h"],
@@ -1748,46 +2189,102 @@ RULES = {
             },
             "[\"cuda\",\"inductor\",\"linux_x86_64\",\"packaged\",false]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.manifest_spec.json",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -1804,6 +2301,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1830,10 +2328,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1858,10 +2358,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1887,10 +2389,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiManifest",
                         "module": "kiln.actions.aoti_manifest",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -1914,6 +2418,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -1928,6 +2433,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": True,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -1937,57 +2443,120 @@ RULES = {
             },
             "[\"cuda\",\"inductor\",\"linux_x86_64\",\"packaged\",true]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.golden.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.validate.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.validate.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.validation.json",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}.manifest_spec.json",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -2005,6 +2574,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2032,10 +2602,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2060,10 +2632,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2089,10 +2663,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiValidate",
                         "module": "kiln.actions.validate",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2117,10 +2693,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.validation.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiManifest",
                         "module": "kiln.actions.aoti_manifest",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2144,6 +2722,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -2159,6 +2738,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": True,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -2168,46 +2748,102 @@ RULES = {
             },
             "[\"cuda\",\"inductor\",\"linux_x86_64\",\"separate\",false]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.manifest_spec.json",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -2224,6 +2860,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2250,10 +2887,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2278,10 +2917,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2307,10 +2948,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiManifest",
                         "module": "kiln.actions.aoti_manifest",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2334,6 +2977,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -2348,6 +2992,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": True,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -2357,57 +3002,120 @@ RULES = {
             },
             "[\"cuda\",\"inductor\",\"linux_x86_64\",\"separate\",true]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.golden.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.structure.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.structure.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.weights.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.compile.json", "directory": False},
-                    {"kind": "out", "value": "{name}.layout.json", "directory": False},
-                    {"kind": "out", "value": "{name}.program.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.join.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.validate.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.compile.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.layout.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.program.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.join.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.validate.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.validation.json",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}.manifest_spec.json",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -2425,6 +3133,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2452,10 +3161,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.weights.safetensors"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiCompile",
                         "module": "kiln.actions.aoti_compile",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2480,10 +3191,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.program.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiJoin",
                         "module": "kiln.actions.aoti_join",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2509,10 +3222,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiValidate",
                         "module": "kiln.actions.validate",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2538,10 +3253,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.validation.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiManifest",
                         "module": "kiln.actions.aoti_manifest",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2565,6 +3282,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -2580,6 +3298,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": True,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -2589,33 +3308,72 @@ RULES = {
             },
             "[\"cuda\",\"tensorrt\",\"linux_x86_64\",\"packaged\",false]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
-                    {"kind": "out", "value": "{name}.ep.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.package.json", "directory": False},
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.ep.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.package.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -2630,6 +3388,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2655,10 +3414,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.needs.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiPackage",
                         "module": "kiln.actions.tensorrt.aoti_package",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2683,6 +3444,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -2696,6 +3458,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": True,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -2705,44 +3468,90 @@ RULES = {
             },
             "[\"cuda\",\"tensorrt\",\"linux_x86_64\",\"packaged\",true]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.export.json", "directory": False},
-                    {"kind": "out", "value": "{name}.ep.pt2", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.export.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.ep.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.golden.safetensors",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}.needs.json", "directory": False},
-                    {"kind": "out", "value": "{name}.package.json", "directory": False},
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
-                    {"kind": "out", "value": "{name}.pt2", "directory": False},
-                    {"kind": "out", "value": "{name}.validate.json", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}.needs.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.package.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.pt2",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.validate.json",
+                        "directory": False,
+                        "test": False,
+                    },
                     {
                         "kind": "out",
                         "value": "{name}.validation.json",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.h",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.cpp",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}Config.cmake",
                         "directory": False,
+                        "test": False,
                     },
                     {
                         "kind": "out",
                         "value": "{name}_loader/{name}.BUILD.bazel",
                         "directory": False,
+                        "test": False,
                     },
-                    {"kind": "out", "value": "{name}_loader.py", "directory": False},
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader.py",
+                        "directory": False,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.export.json"},
@@ -2758,6 +3567,7 @@ RULES = {
                     {
                         "mnemonic": "TorchExport",
                         "module": "kiln.actions.torch_export",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2784,10 +3594,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.needs.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiPackage",
                         "module": "kiln.actions.tensorrt.aoti_package",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2812,10 +3624,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.pt2"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "AotiValidate",
                         "module": "kiln.actions.validate",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2840,6 +3654,7 @@ RULES = {
                             {"kind": "out", "value": "{name}.validation.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -2854,6 +3669,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": True,
+                "test": False,
                 "cc": {
                     "srcs": ["{name}_loader/{name}.cpp"],
                     "hdrs": ["{name}_loader/{name}.h"],
@@ -2873,12 +3689,42 @@ RULES = {
         "shapes": {
             "[]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.trt.json", "directory": False},
-                    {"kind": "out", "value": "{name}.engines", "directory": True},
-                    {"kind": "out", "value": "{name}.ep", "directory": False},
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
-                    {"kind": "out", "value": "{name}.loader.json", "directory": False},
-                    {"kind": "out", "value": "{name}_loader", "directory": True},
+                    {
+                        "kind": "out",
+                        "value": "{name}.trt.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.engines",
+                        "directory": True,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.ep",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.loader.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader",
+                        "directory": True,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.trt.json"},
@@ -2888,6 +3734,7 @@ RULES = {
                     {
                         "mnemonic": "TrtEngine",
                         "module": "kiln.actions.tensorrt.engine",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2914,10 +3761,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "TrtLoader",
                         "module": "kiln.actions.tensorrt.render_loader",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -2940,6 +3789,7 @@ RULES = {
                             {"kind": "out", "value": "{name}_loader"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -2950,6 +3800,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": True,
+                "test": False,
                 "cc": None,
             },
         },
@@ -2964,12 +3815,42 @@ RULES = {
         "shapes": {
             "[]": {
                 "outputs": [
-                    {"kind": "out", "value": "{name}.trt.json", "directory": False},
-                    {"kind": "out", "value": "{name}.engines", "directory": True},
-                    {"kind": "out", "value": "{name}.ep", "directory": False},
-                    {"kind": "out", "value": "{name}.manifest.json", "directory": False},
-                    {"kind": "out", "value": "{name}.loader.json", "directory": False},
-                    {"kind": "out", "value": "{name}_loader", "directory": True},
+                    {
+                        "kind": "out",
+                        "value": "{name}.trt.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.engines",
+                        "directory": True,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.ep",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.manifest.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.loader.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}_loader",
+                        "directory": True,
+                        "test": False,
+                    },
                 ],
                 "writes": [
                     {"kind": "out", "value": "{name}.trt.json"},
@@ -2979,6 +3860,7 @@ RULES = {
                     {
                         "mnemonic": "TrtEngine",
                         "module": "kiln.actions.tensorrt.engine",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -3005,10 +3887,12 @@ RULES = {
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
                         "gpu": True,
+                        "test": False,
                     },
                     {
                         "mnemonic": "TrtLoader",
                         "module": "kiln.actions.tensorrt.render_loader",
+                        "command_module": None,
                         "argv": [
                             {"python": True},
                             {"text": "-m"},
@@ -3031,6 +3915,7 @@ RULES = {
                             {"kind": "out", "value": "{name}_loader"},
                         ],
                         "gpu": False,
+                        "test": False,
                     },
                 ],
                 "files": [
@@ -3041,6 +3926,7 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": True,
+                "test": False,
                 "cc": None,
             },
         },
@@ -3062,6 +3948,638 @@ RULES = {
                 ],
                 "runfiles": [],
                 "gpu": False,
+                "test": False,
+                "cc": None,
+            },
+        },
+    },
+    "model_dataset": {
+        "doc": "Named arrays (a .npz, a .safetensors, or files and a reader) for model_test.",
+        "public": False,
+        "labels": {"srcs": "label_list", "reader": "label"},
+        "outputs": {},
+        "key": [],
+        "defaults": {},
+        "shapes": {
+            "[]": {
+                "outputs": [],
+                "writes": [],
+                "actions": [],
+                "files": [
+                    {"kind": "attr", "value": "reader"},
+                    {"kind": "attr", "value": "srcs"},
+                ],
+                "runfiles": [],
+                "gpu": False,
+                "test": False,
+                "cc": None,
+            },
+        },
+    },
+    "model_test": {
+        "doc": "Runs an aoti_package over a model_dataset: metrics, gates against bounds and a baseline; a test `kiln test` runs and caches.",
+        "public": False,
+        "labels": {
+            "artifact": "label",
+            "data": "label",
+            "eager": "label",
+            "reference": "label",
+            "baseline": "label",
+            "metric_src": "label",
+        },
+        "outputs": {},
+        "key": ["eager"],
+        "defaults": {"eager": False},
+        "shapes": {
+            "[false]": {
+                "outputs": [
+                    {
+                        "kind": "out",
+                        "value": "{name}.model_test.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.test",
+                        "directory": True,
+                        "test": True,
+                    },
+                ],
+                "writes": [
+                    {"kind": "out", "value": "{name}.model_test.json"},
+                ],
+                "actions": [
+                    {
+                        "mnemonic": "TestRunner",
+                        "module": "kiln.actions.test_runner",
+                        "command_module": "kiln.actions.model_test",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.test_runner"},
+                            {"text": "--"},
+                            {"text": "python"},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.model_test"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.model_test.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "attr", "value": "data.reader"},
+                            {"kind": "attr", "value": "data.srcs"},
+                            {"kind": "attr", "value": "metric_src"},
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.manifest.json",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.pt2",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.validation.json",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.weights.safetensors",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader.py",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.BUILD.bazel",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.cpp",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.h",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}Config.cmake",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.manifest.json",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.pt2",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.validation.json",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.weights.safetensors",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader.py",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.BUILD.bazel",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.cpp",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.h",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}Config.cmake",
+                                "attr": "baseline",
+                            },
+                            {"kind": "out", "value": "{name}.model_test.json"},
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.manifest.json",
+                                "attr": "reference",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.pt2",
+                                "attr": "reference",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.validation.json",
+                                "attr": "reference",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.weights.safetensors",
+                                "attr": "reference",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader.py",
+                                "attr": "reference",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.BUILD.bazel",
+                                "attr": "reference",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.cpp",
+                                "attr": "reference",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.h",
+                                "attr": "reference",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}Config.cmake",
+                                "attr": "reference",
+                            },
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.test"},
+                        ],
+                        "gpu": False,
+                        "test": True,
+                    },
+                ],
+                "files": [
+                    {"kind": "attr", "value": "data.reader"},
+                    {"kind": "attr", "value": "data.srcs"},
+                    {"kind": "attr", "value": "metric_src"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.manifest.json",
+                        "attr": "artifact",
+                    },
+                    {"kind": "dep_out", "value": "{name}.pt2", "attr": "artifact"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.validation.json",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.weights.safetensors",
+                        "attr": "artifact",
+                    },
+                    {"kind": "dep_out", "value": "{name}_loader.py", "attr": "artifact"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.BUILD.bazel",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.cpp",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.h",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}Config.cmake",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.manifest.json",
+                        "attr": "baseline",
+                    },
+                    {"kind": "dep_out", "value": "{name}.pt2", "attr": "baseline"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.validation.json",
+                        "attr": "baseline",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.weights.safetensors",
+                        "attr": "baseline",
+                    },
+                    {"kind": "dep_out", "value": "{name}_loader.py", "attr": "baseline"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.BUILD.bazel",
+                        "attr": "baseline",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.cpp",
+                        "attr": "baseline",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.h",
+                        "attr": "baseline",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}Config.cmake",
+                        "attr": "baseline",
+                    },
+                    {"kind": "out", "value": "{name}.model_test.json"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.manifest.json",
+                        "attr": "reference",
+                    },
+                    {"kind": "dep_out", "value": "{name}.pt2", "attr": "reference"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.validation.json",
+                        "attr": "reference",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.weights.safetensors",
+                        "attr": "reference",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader.py",
+                        "attr": "reference",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.BUILD.bazel",
+                        "attr": "reference",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.cpp",
+                        "attr": "reference",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.h",
+                        "attr": "reference",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}Config.cmake",
+                        "attr": "reference",
+                    },
+                ],
+                "runfiles": [],
+                "gpu": False,
+                "test": True,
+                "cc": None,
+            },
+            "[true]": {
+                "outputs": [
+                    {
+                        "kind": "out",
+                        "value": "{name}.eager.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.eager.safetensors",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.model_test.json",
+                        "directory": False,
+                        "test": False,
+                    },
+                    {
+                        "kind": "out",
+                        "value": "{name}.test",
+                        "directory": True,
+                        "test": True,
+                    },
+                ],
+                "writes": [
+                    {"kind": "out", "value": "{name}.eager.json"},
+                    {"kind": "out", "value": "{name}.model_test.json"},
+                ],
+                "actions": [
+                    {
+                        "mnemonic": "ModelEager",
+                        "module": "kiln.actions.model_eager",
+                        "command_module": None,
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.model_eager"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.eager.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "attr", "value": "data.reader"},
+                            {"kind": "attr", "value": "data.srcs"},
+                            {"kind": "attr", "value": "eager.deps"},
+                            {"kind": "attr", "value": "eager.src"},
+                            {"kind": "attr", "value": "eager.weights"},
+                            {"kind": "out", "value": "{name}.eager.json"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.eager.safetensors"},
+                        ],
+                        "gpu": False,
+                        "test": False,
+                    },
+                    {
+                        "mnemonic": "TestRunner",
+                        "module": "kiln.actions.test_runner",
+                        "command_module": "kiln.actions.model_test",
+                        "argv": [
+                            {"python": True},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.test_runner"},
+                            {"text": "--"},
+                            {"text": "python"},
+                            {"text": "-m"},
+                            {"text": "kiln.actions.model_test"},
+                            {
+                                "file": {"kind": "out", "value": "{name}.model_test.json"},
+                            },
+                        ],
+                        "env": {
+                            "LANG": "C.UTF-8",
+                            "PATH": "/usr/local/bin:/usr/bin:/bin",
+                            "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONHASHSEED": "0",
+                        },
+                        "inputs": [
+                            {"kind": "attr", "value": "data.reader"},
+                            {"kind": "attr", "value": "data.srcs"},
+                            {"kind": "attr", "value": "metric_src"},
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.manifest.json",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.pt2",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.validation.json",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.weights.safetensors",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader.py",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.BUILD.bazel",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.cpp",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.h",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}Config.cmake",
+                                "attr": "artifact",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.manifest.json",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.pt2",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.validation.json",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}.weights.safetensors",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader.py",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.BUILD.bazel",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.cpp",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}.h",
+                                "attr": "baseline",
+                            },
+                            {
+                                "kind": "dep_out",
+                                "value": "{name}_loader/{name}Config.cmake",
+                                "attr": "baseline",
+                            },
+                            {"kind": "out", "value": "{name}.eager.safetensors"},
+                            {"kind": "out", "value": "{name}.model_test.json"},
+                        ],
+                        "outputs": [
+                            {"kind": "out", "value": "{name}.test"},
+                        ],
+                        "gpu": False,
+                        "test": True,
+                    },
+                ],
+                "files": [
+                    {"kind": "attr", "value": "data.reader"},
+                    {"kind": "attr", "value": "data.srcs"},
+                    {"kind": "attr", "value": "metric_src"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.manifest.json",
+                        "attr": "artifact",
+                    },
+                    {"kind": "dep_out", "value": "{name}.pt2", "attr": "artifact"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.validation.json",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.weights.safetensors",
+                        "attr": "artifact",
+                    },
+                    {"kind": "dep_out", "value": "{name}_loader.py", "attr": "artifact"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.BUILD.bazel",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.cpp",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.h",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}Config.cmake",
+                        "attr": "artifact",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.manifest.json",
+                        "attr": "baseline",
+                    },
+                    {"kind": "dep_out", "value": "{name}.pt2", "attr": "baseline"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.validation.json",
+                        "attr": "baseline",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}.weights.safetensors",
+                        "attr": "baseline",
+                    },
+                    {"kind": "dep_out", "value": "{name}_loader.py", "attr": "baseline"},
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.BUILD.bazel",
+                        "attr": "baseline",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.cpp",
+                        "attr": "baseline",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}.h",
+                        "attr": "baseline",
+                    },
+                    {
+                        "kind": "dep_out",
+                        "value": "{name}_loader/{name}Config.cmake",
+                        "attr": "baseline",
+                    },
+                    {"kind": "out", "value": "{name}.eager.safetensors"},
+                    {"kind": "out", "value": "{name}.model_test.json"},
+                ],
+                "runfiles": [],
+                "gpu": False,
+                "test": True,
                 "cc": None,
             },
         },

@@ -48,6 +48,13 @@ _PYTHON = "//bazel:python_toolchain_type"
 # Attributes every rule has; Bazel handles them, and kiln validates them too.
 _COMMON = ["visibility", "tags", "testonly", "deprecation"]
 
+# And every test rule (kiln's TestAttrs): Bazel's test set-up reads them.
+_TEST_COMMON = ["size", "timeout", "flaky"]
+
+def _is_test(entry):
+    """Whether the rule's targets are tests: a shape holds a test action (TestRunner)."""
+    return any([shape["test"] for shape in entry["shapes"].values()])
+
 def kiln_rule(kind):
     """The keyword arguments of rule() for the kiln rule `kind`."""
     entry = RULES[kind]
@@ -70,6 +77,7 @@ def kiln_rule(kind):
         attrs = attrs,
         doc = entry["doc"],
         toolchains = [str(Label(_PYTHON))],
+        test = _is_test(entry),
     )
 
 def _shape(entry, values):
@@ -86,7 +94,7 @@ def kiln_macro(rule, kind, name, kwargs):
     """Declares the target `name` of the kiln rule `kind` (`rule`) from BUILD attributes."""
     entry = RULES[kind]
     typed = {}
-    for attr_name in _COMMON:
+    for attr_name in _COMMON + (_TEST_COMMON if _is_test(entry) else []):
         if attr_name in kwargs:
             typed[attr_name] = kwargs[attr_name]  # also packed: kiln checks them as well
     for attr_name in list(entry["labels"]) + list(entry["outputs"]):
@@ -215,8 +223,8 @@ def _impl(ctx):
     shape = _shape(entry, attrs)
     outs = {}
     for out in shape["outputs"] if shape else []:
-        if out["kind"] != "out":
-            continue  # an output attribute's file: Bazel declared it
+        if out["kind"] != "out" or out["test"]:
+            continue  # an output attribute's file: Bazel declared it; a test's: none
         path = out["value"].replace("{name}", ctx.label.name)
         declare = ctx.actions.declare_directory if out["directory"] else ctx.actions.declare_file
         outs[out["value"]] = declare(path)
@@ -249,18 +257,32 @@ def _impl(ctx):
     # The actions kiln's rule plans, as Bazel runs them and as the planner checks them.
     writes = _all(shape["writes"], ctx, outs, files, deps) if shape else []
     planned = []
+    launcher = None
+    runfiles = []
     for action in shape["actions"] if shape else []:
         argv, planned_argv = _argv(action["argv"], ctx, outs, files, deps, toolchain.interpreter)
         inputs = _all(action["inputs"], ctx, outs, files, deps)
-        outputs = _all(action["outputs"], ctx, outs, files, deps)
         python = bool(action["argv"] and action["argv"][0].get("python"))
+        if action["test"]:
+            output_paths = [_test_output(ctx, ref) for ref in action["outputs"]]
+        else:
+            outputs = _all(action["outputs"], ctx, outs, files, deps)
+            output_paths = [f.path for f in outputs]
         planned.append({
             "mnemonic": action["mnemonic"],
             "argv": planned_argv,
             "inputs": [f.path for f in inputs],
-            "outputs": [f.path for f in outputs],
+            "outputs": sorted(output_paths),
             "python_env": pins if python else [],
         })
+        if action["test"]:
+            # Not a build action: the test `bazel test` runs, from a launcher, over the
+            # same inputs (its runfiles).
+            env = dict(action["env"], PYTHONPATH = python_path)
+            launcher = _launcher(ctx, label, argv, env)
+            runfiles += inputs + kiln_py.files.values() + [toolchain.versions]
+            runfiles += package_files.to_list()
+            continue
         code = [kiln_py.files[p] for p in CODE.get(action["module"], [])]
         ctx.actions.run(
             executable = argv[0],
@@ -311,15 +333,68 @@ def _impl(ctx):
         groups["cc_srcs"] = depset([outs[s] for s in cc["srcs"]])
         groups["cc_hdrs"] = depset([outs[h] for h in cc["hdrs"]] + [header])
         groups["cc_data"] = depset([outs[d] for d in cc["data"]])
-    runfiles = _all(shape["runfiles"], ctx, outs, files, deps) if shape else []
+    runfiles += _all(shape["runfiles"], ctx, outs, files, deps) if shape else []
+    if _is_test(entry) and not launcher:  # no shape: the planning action says why
+        launcher = _launcher(ctx, label, ["false"], {})
     return [
         DefaultInfo(
             files = depset(default if shape else [report]),
             runfiles = ctx.runfiles(files = runfiles),
+            executable = launcher,
         ),
         OutputGroupInfo(**groups),
         KilnInfo(graph = graph, files = files, outputs = outs, pip = own_pip),
     ]
+
+def _test_output(ctx, ref):
+    """The execroot path of a test action's output, which Bazel does not declare (its test
+    set-up keeps the log and test.xml): the planner compares it."""
+    if ref["kind"] != "out":
+        fail("a test action's output is %s, not one of the target's own" % ref)
+    folder = ctx.bin_dir.path + ("/" + ctx.label.package if ctx.label.package else "")
+    return folder + "/" + ref["value"].replace("{name}", ctx.label.name)
+
+def _launcher(ctx, label, argv, env):
+    """<name>.kiln_test.sh: the test as `bazel test` runs it, kiln's test action inside a
+    copy of the execroot's layout made of links into the runfiles.
+
+    The test's spec holds execroot paths (sources at their path, outputs under
+    bazel-out/<cfg>/bin, other repositories under external/), as under kiln: the links
+    put each at its runfiles' file. The test runner writes Bazel's XML_OUTPUT_FILE.
+    """
+    bin_dir = ctx.bin_dir.path
+    lines = [
+        "#!/bin/bash",
+        "# Generated by kiln's Bazel rules for %s: runs its test action (docs/bazel.md)." % label,
+        "set -euo pipefail",
+        'runfiles="${TEST_SRCDIR:-$0.runfiles}"',
+        'main="$runfiles/%s"' % ctx.workspace_name,
+        'root="${TEST_TMPDIR:-$(mktemp -d)}/kiln_execroot"',
+        'rm -rf "$root" && mkdir -p "$root/%s"' % bin_dir,
+        'for entry in "$main"/*; do',
+        '    ln -s "$entry" "$root/"',
+        '    ln -s "$entry" "$root/%s/"' % bin_dir,
+        "done",
+        # (the main repository's runfiles may hold external/ too: the legacy layout)
+        'ln -sfn "$runfiles" "$root/external"',
+        'ln -sfn "$runfiles" "$root/%s/external"' % bin_dir,
+        'cd "$root"',
+    ]
+    for key in sorted(env):
+        lines.append("export %s=%s" % (key, _quote(env[key])))
+    lines += [
+        "export TEST_TARGET=%s" % _quote(label),
+        'export KILN_TEST_OUTPUTS="$root/.kiln_test"',
+        "export KILN_TEST_ATTEMPTS=1  # flaky: Bazel runs it again",
+        'export TMPDIR="${TEST_TMPDIR:-${TMPDIR:-/tmp}}"',
+        "exec " + " ".join([_quote(a) for a in argv]),
+    ]
+    script = ctx.actions.declare_file(ctx.label.name + ".kiln_test.sh")
+    ctx.actions.write(script, "\n".join(lines) + "\n", is_executable = True)
+    return script
+
+def _quote(text):
+    return "'" + text.replace("'", "'\\''") + "'"
 
 def _runfiles_header(ctx, packages):
     """<name>_runfiles.h: <NAME>_RLOCATION, the package's path for the runfiles library

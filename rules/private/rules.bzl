@@ -39,3 +39,15 @@ _python_requirements = rule(**kiln_rule("python_requirements"))
 def python_requirements(name, **kwargs):
     """The workspace's lock of third-party Python packages, declared once in the root BUILD file; targets name its packages as `@<name>//<distribution>` in their deps."""
     kiln_macro(_python_requirements, "python_requirements", name, kwargs)
+
+_model_dataset = rule(**kiln_rule("model_dataset"))
+
+def model_dataset(name, **kwargs):
+    """Named arrays (a .npz, a .safetensors, or files and a reader) for model_test."""
+    kiln_macro(_model_dataset, "model_dataset", name, kwargs)
+
+_model_test = rule(**kiln_rule("model_test"))
+
+def model_test(name, **kwargs):
+    """Runs an aoti_package over a model_dataset: metrics, gates against bounds and a baseline; a test `kiln test` runs and caches."""
+    kiln_macro(_model_test, "model_test", name, kwargs)

@@ -26,10 +26,13 @@ from pydantic import Field
 
 class ModelDatasetAttrs(RuleAttrs):
     srcs: LabelListAttr = Field(
-        description="the data: one .npz or .safetensors file, or files a reader reads"
+        description="the data: one .npz or .safetensors file, or files a reader reads",
+        examples=[["data.npz"]],
     )
     inputs: list[str] = Field(
-        min_length=1, description="the arrays fed to the model, in the order of its inputs"
+        min_length=1,
+        description="the arrays fed to the model, in the order of its inputs",
+        examples=[["x"]],
     )
     labels: str | None = Field(
         default=None, description="the array of class labels (top-k metrics)"

@@ -60,7 +60,9 @@ class ModelTestAttrs(TestAttrs):
         default=None, description="an aoti_package whose metrics max_drop compares with"
     )
     max_drop: dict[str, float] = Field(
-        default_factory=dict, description="metric -> how far below the baseline's it may fall"
+        default_factory=dict,
+        description="metric -> how far below the baseline's it may fall",
+        examples=[{"cosine": 0.001}],
     )
     metric_src: LabelAttr | None = Field(
         default=None, description="a Python file defining the functions of user_metrics"
@@ -209,4 +211,12 @@ RULE = Rule(
     doc="Runs an aoti_package over a model_dataset: metrics, gates against bounds and a "
     "baseline; a test `kiln test` runs and caches.",
     impl=implementation,
+    example_deps=(
+        ("artifact", "aoti_package"),
+        ("data", "model_dataset"),
+        ("eager", "torch_model"),
+        ("reference", "aoti_package"),
+        ("baseline", "aoti_package"),
+        ("metric_src", "source"),
+    ),
 )

@@ -22,11 +22,17 @@ def vit(num_classes: int = 10) -> torch.nn.Module:
 
 
 def resnet(num_classes: int = 10) -> torch.nn.Module:
-    """timm's ResNet with one basic block per stage and 8 to 64 channels."""
+    """timm's ResNet with one basic block per stage and 8 to 64 channels.
+
+    zero_init_last=False: untrained, timm's zeroed last norm of each block makes the
+    block the identity, and the net gives one class to every image (the model_test of
+    //models/tests needs classes that differ).
+    """
     return ResNet(
         block=BasicBlock,
         layers=(1, 1, 1, 1),
         channels=(8, 16, 32, 64),
         stem_width=8,
         num_classes=num_classes,
+        zero_init_last=False,
     )

@@ -187,3 +187,25 @@ def test_a_mandatory_attribute_needs_an_example() -> None:
     rule = Rule(name="no_example", attrs=NoExample, doc="", impl=lambda ctx: [DefaultInfo()])
     with pytest.raises(ShapeError, match="attribute 'pattern' is mandatory and has no example"):
         Explorer({"no_example": rule}).table(rule)
+
+
+def test_model_test_is_a_test_whose_runner_bazel_runs_not_builds() -> None:
+    registry = all_rules()
+    table = Explorer(registry).table(registry["model_test"])
+    # size, timeout and flaky are Bazel's own on a test rule: no shapes of theirs
+    assert table.key == ("eager",)
+    with_eager = table.shapes["[true]"]
+    assert _mnemonics(with_eager) == ["ModelEager", "TestRunner"]
+    eager, runner = with_eager.actions
+    assert not eager.test and runner.test
+    assert runner.command_module == "kiln.actions.model_test"
+    assert "kiln.actions.model_test" in table.modules
+    # the label, the timeout, the attempts and the outputs are the test set-up's
+    env = dict(runner.env)
+    assert not {"TEST_TARGET", "TEST_TIMEOUT", "KILN_TEST_ATTEMPTS", "KILN_TEST_OUTPUTS"} & set(env)
+    outputs = {o.ref.value: o.test for o in with_eager.outputs}
+    assert outputs["{name}.test"] is True and outputs["{name}.eager.safetensors"] is False
+    # eager and reference are never set together: the shape without eager has reference's
+    # files, and a baseline's (found with max_drop's example)
+    inputs = {r.attr or r.value for r in table.shapes["[false]"].actions[0].inputs}
+    assert {"reference", "baseline", "metric_src"} <= inputs

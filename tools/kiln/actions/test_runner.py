@@ -14,6 +14,10 @@ exits 0: the executor caches it. Anything else prints the log and, last, the res
 XML_OUTPUT_FILE and TEST_UNDECLARED_OUTPUTS_DIR (kept in undeclared_outputs/ when it
 passes) as Bazel's tests do; a test that writes XML_OUTPUT_FILE gives its own JUnit XML.
 `python` as COMMAND's first word is this interpreter.
+
+Under `bazel test` (kiln_rule.bzl's launcher runs this as the test), XML_OUTPUT_FILE is
+set for the runner itself: it writes the run's JUnit XML there, pass or fail, and prints
+a passing test's log too, so Bazel's test.log and test.xml hold what kiln's do.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ def main(argv: list[str]) -> int:
     outputs.mkdir(parents=True, exist_ok=True)
     scratch = Path(os.environ.get("TMPDIR", "/tmp")) / "kiln-test"
     scratch.mkdir(parents=True, exist_ok=True)
+    bazel_xml = os.environ.get("XML_OUTPUT_FILE")  # Bazel's, for this test: see above
 
     logs: list[str] = []
     status: Status = "FAILED"
@@ -60,6 +65,12 @@ def main(argv: list[str]) -> int:
         status = "FLAKY"
     run = TestRun(status, round(seconds, 3), len(logs))
     log = logs[-1]
+    own_xml = scratch / f"attempt_{len(logs)}" / "test.xml"
+    xml = own_xml.read_text(encoding="utf-8") if own_xml.is_file() else junit_xml(label, run, log)
+    if bazel_xml:
+        Path(bazel_xml).write_text(xml, encoding="utf-8")
+        if run.passed:
+            sys.stdout.write(log)
     if not run.passed:
         sys.stdout.write(log)
         if log and not log.endswith("\n"):
@@ -68,8 +79,6 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(RESULT_PREFIX + run.to_json() + "\n")
         return 1
     (outputs / LOG).write_text(log, encoding="utf-8")
-    own_xml = scratch / f"attempt_{len(logs)}" / "test.xml"
-    xml = own_xml.read_text(encoding="utf-8") if own_xml.is_file() else junit_xml(label, run, log)
     (outputs / XML).write_text(xml, encoding="utf-8")
     (outputs / RESULT).write_text(run.to_json() + "\n", encoding="utf-8")
     undeclared = scratch / f"attempt_{len(logs)}" / "undeclared"

@@ -39,13 +39,22 @@ from kiln.errors import KilnError
 from kiln.host_facts import GPU_HOST, HostFacts, Toolchain, ToolchainResolver
 from kiln.rule_api import AnalyzedTarget, DefaultInfo, Rule, RuleAttrs, RuleContext
 from kiln.rule_api.attrs import LABEL, OUTPUT
+from kiln.rule_api.testing import MNEMONIC as TEST_MNEMONIC
+from kiln.test_results import ATTEMPTS_ENV, OUTPUTS_ENV, TIMEOUT_ENV
 
 NAME = "kiln_shape"  # the example target's name; "{name}" in output templates
 PACKAGE = "shape"
 FAKE = "@fake/"  # fake source files: @fake/<attribute path>/<index>
 SOURCE = "source"  # a dependency that is a plain file (source, genrule output, ...)
 COMMON = frozenset(RuleAttrs.model_fields)  # name, tags, visibility, ...: Bazel's own
+# What every Bazel test rule has (kiln's test rules too: rules/testing/test_attrs.py):
+# Bazel's own on a test rule.
+TEST_COMMON = frozenset({"size", "timeout", "flaky"})
 LIMIT = 4096  # attribute combinations a rule may have
+# A test action's environment that Bazel's test set-up gives instead (its label, its
+# timeout from size/timeout, its attempts from flaky) or the launcher sets (the outputs):
+# left out of the shape, so size, timeout and flaky do not select one.
+TEST_ENV = frozenset({"TEST_TARGET", TIMEOUT_ENV, ATTEMPTS_ENV, OUTPUTS_ENV})
 
 Json = Any
 
@@ -101,16 +110,24 @@ class ActionShape:
     inputs: tuple[Ref, ...]
     outputs: tuple[Ref, ...]
     gpu: bool
+    # The test action (kiln.rule_api.testing): under Bazel the test itself, run by
+    # `bazel test` from the target's launcher, not a build action.
+    test: bool = False
+    # A test action's command is `python -m kiln.actions.test_runner -- COMMAND`: the kiln
+    # module COMMAND runs (model_test), whose code the test reads too.
+    command_module: str | None = None
 
     def data(self) -> dict[str, Json]:
         return {
             "mnemonic": self.mnemonic,
             "module": self.module,
+            "command_module": self.command_module,
             "argv": [a.data() for a in self.argv],
             "env": dict(self.env),
             "inputs": [r.data() for r in self.inputs],
             "outputs": [r.data() for r in self.outputs],
             "gpu": self.gpu,
+            "test": self.test,
         }
 
 
@@ -118,6 +135,7 @@ class ActionShape:
 class Output:
     ref: Ref
     directory: bool
+    test: bool = False  # the test action's: Bazel declares it not (its test set-up has them)
 
 
 @dataclass(frozen=True)
@@ -150,12 +168,15 @@ class RuleShape:
 
     def data(self) -> dict[str, Json]:
         return {
-            "outputs": [{**o.ref.data(), "directory": o.directory} for o in self.outputs],
+            "outputs": [
+                {**o.ref.data(), "directory": o.directory, "test": o.test} for o in self.outputs
+            ],
             "writes": [r.data() for r in self.writes],
             "actions": [a.data() for a in self.actions],
             "files": [r.data() for r in self.files],
             "runfiles": [r.data() for r in self.runfiles],
             "gpu": self.gpu,
+            "test": any(a.test for a in self.actions),
             "cc": self.cc(),
         }
 
@@ -269,14 +290,18 @@ class _Attrs:
     example: dict[str, Json] = field(default_factory=dict)
     domains: dict[str, tuple[Json, ...]] = field(default_factory=dict)
     defaults: dict[str, Json] = field(default_factory=dict)
+    # Optional attributes' examples, tried where their defaults make a combination invalid
+    # (model_test's baseline needs a max_drop): that combination has a shape too.
+    fallback: dict[str, Json] = field(default_factory=dict)
 
     @staticmethod
     def of(rule: Rule) -> _Attrs:
         out = _Attrs(rule)
         marked_labels = set(rule.attrs.fields_marked(LABEL))
         marked_outputs = set(rule.attrs.fields_marked(OUTPUT))
+        test = set(rule.attrs.model_fields) >= TEST_COMMON
         for name, info in rule.attrs.model_fields.items():
-            if name in COMMON:
+            if name in COMMON or (test and name in TEST_COMMON):
                 continue
             attr = spelling(name, info)
             many = get_origin(info.annotation) is list
@@ -300,6 +325,8 @@ class _Attrs:
                 out.example[attr] = info.examples[0]
             else:
                 out.defaults[attr] = _default(info)
+                if info.examples:
+                    out.fallback[attr] = info.examples[0]
             values = _finite(info.annotation)
             if values is not None and name not in marked_outputs:
                 out.domains[attr] = values
@@ -344,22 +371,42 @@ class Explorer:
                     values.pop(name)  # a label attribute left out
                 else:
                     values[name] = value
-            found[_hashable(combo)] = self._shape_or_none(rule, values, kinds)
+            shape = self._shape_or_none(rule, values, kinds)
+            if shape is None and attrs.fallback:
+                shape = self._shape_or_none(rule, {**attrs.fallback, **values}, kinds)
+            found[_hashable(combo)] = shape
         if not any(found.values()):
             raise ShapeError(f"{rule.name}: no combination of attributes analyzes")
         key = _relevant(names, attrs, found)
         shapes: dict[str, RuleShape] = {}
-        for combo, shape in found.items():
+        # A label attribute left out only drops its files: the shape with it set serves
+        # both (its files resolve to none), unless it is part of the key. Where two may not
+        # be set together (model_test's eager and reference), the shape with the most set
+        # serves the key.
+        served: dict[str, int] = {}  # key -> how many labels its shape's combination left out
+
+        def unset(combo: tuple[Json, ...]) -> int:
             values = dict(zip(names, combo, strict=True))
-            # A label attribute left out only drops its files: the shape with it set
-            # serves both (its files resolve to none), unless it is part of the key.
-            unset = [a for a in names if a in attrs.labels and a not in key and not values[a]]
-            if shape is None or unset:
+            return sum(1 for a in names if a in attrs.labels and a not in key and not values[a])
+
+        for combo, shape in sorted(found.items(), key=lambda item: unset(item[0])):
+            if shape is None:
                 continue
+            values = dict(zip(names, combo, strict=True))
             picked = key_of([_key_value(attrs, a, values[a]) for a in key])
-            if shapes.setdefault(picked, shape) != shape:
+            if picked not in shapes:
+                shapes[picked], served[picked] = shape, unset(combo)
+            elif served[picked] == unset(combo) == 0 and shapes[picked] != shape:
                 raise ShapeError(f"{rule.name}: attributes {names} do not determine the shape")
-        modules = sorted({a.module for s in shapes.values() for a in s.actions if a.module})
+        modules = sorted(
+            {
+                m
+                for s in shapes.values()
+                for a in s.actions
+                for m in (a.module, a.command_module)
+                if m
+            }
+        )
         return RuleTable(
             name=rule.name,
             doc=rule.doc,
@@ -383,8 +430,13 @@ class Explorer:
         try:
             attrs = _Attrs.of(rule)
             candidates = [SOURCE, *(n for n in self.registry if n != rule.name)]
+            given = dict(rule.example_deps)
+            if set(attrs.labels) <= set(given):  # the rule says: its example's
+                self._dep_kinds[rule.name] = {a: given[a] for a in attrs.labels}
+                return self._dep_kinds[rule.name]
             errors: list[str] = []
-            for combo in itertools.product(candidates, repeat=len(attrs.labels)):
+            choices = [[given[a]] if a in given else candidates for a in attrs.labels]
+            for combo in itertools.product(*choices):
                 kinds = dict(zip(attrs.labels, combo, strict=True))
                 try:
                     self.example(rule, attrs.example, kinds, prefix="", name=NAME)
@@ -473,7 +525,7 @@ def shape_of(example: _Example, attrs: _Attrs, values: Mapping[str, Json]) -> Ru
             else:
                 rel = out.path.removeprefix(f"{ctx.bin_dir}/")
                 named = Ref("out", rel.replace(NAME, "{name}"))
-            own[out.path] = Output(named, out.directory)
+            own[out.path] = Output(named, out.directory, action.mnemonic == TEST_MNEMONIC)
 
     def ref(path: str) -> Ref:
         found = own[path].ref if path in own else example.known.get(path)
@@ -527,14 +579,19 @@ def _action_shape(ctx: RuleContext[Any], action: Action, ref: Any, refs: Any) ->
     module = None
     if len(action.argv) > 2 and action.argv[1] == "-m":
         module = action.argv[2]
+    test = action.mnemonic == TEST_MNEMONIC
+    command = list(action.argv[action.argv.index("--") + 1 :]) if "--" in action.argv else []
+    command_module = command[2] if test and command[1:2] == ["-m"] else None
     return ActionShape(
         mnemonic=action.mnemonic,
         module=module,
         argv=tuple(argv),
-        env=action.env,
+        env=tuple((k, v) for k, v in action.env if not (test and k in TEST_ENV)),
         inputs=refs(action.inputs),
         outputs=refs(action.outputs),
         gpu=action.resources.gpu > 0,
+        test=test,
+        command_module=command_module,
     )
 
 

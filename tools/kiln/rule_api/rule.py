@@ -27,3 +27,7 @@ class Rule:
     impl: Callable[..., list[object]] | None = None
     toolchains: tuple[Toolchain[Any], ...] = ()
     root_package: bool = False
+    # For kiln.bazel.explore: attribute -> the rule of the target it names in an example
+    # ("source" for a plain file). Where left out, explore tries every rule of the
+    # catalogue in turn: fine for one or two label attributes, too many for six.
+    example_deps: tuple[tuple[str, str], ...] = ()
