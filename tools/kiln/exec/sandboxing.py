@@ -46,6 +46,7 @@ SANDBOXED_TORCH_PUBLISH = "/tmp/kiln-torch-publish"
 TORCH_STORE_ENV = "KILN_TORCH_STORE"
 TORCH_PUBLISH_ENV = "KILN_TORCH_PUBLISH"
 IN_USE_LOCK = ".in-use.lock"  # actions/temp_state.py: held shared by its users
+_MAKER_TIMEOUT = 600.0  # seconds; a header takes 5-8 s, a hung maker must not hang the build
 
 
 class Sandboxing:
@@ -118,7 +119,7 @@ class Sandboxing:
                 Bind(str(execroot), str(execroot), writable=True),
                 Bind(str(self._disk_cache.torch_tmp), SANDBOXED_TORCH_PUBLISH, writable=True),
             ],
-            None,
+            _MAKER_TIMEOUT,
         )
 
     def close(self) -> None:
