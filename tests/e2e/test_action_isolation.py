@@ -204,14 +204,17 @@ def test_a_package_compiles_from_an_export_the_cache_holds_whose_outputs_a_libra
 # path every action sees. On main it rewrote each header (and removed its compiled form,
 # so inductor made it again from the rewritten text): another workspace's next compile,
 # under a clean key, then built the genrule's text into its package (here: an #error).
+# Now the disk cache's folder is the read-only store (/tmp/kiln-torch-store), and the
+# fixed path each action's own.
 POISON = """
 genrule(
     name = "poison",
     outs = ["poison.log"],
-    cmd = "for h in /tmp/kiln-torch-tmp/precompiled_headers/*.h; do "
+    cmd = "for h in /tmp/kiln-torch-tmp/precompiled_headers/*.h "
+    + "/tmp/kiln-torch-store/published_headers/*.h; do "
     + "(echo '#error poisoned by a genrule' > $$h && rm -f $$h.gch) 2>/dev/null "
     + "&& echo rewrote $$h >> $@; done; "
-    + "for l in /tmp/kiln-torch-tmp/toolchain/*; do "
+    + "for l in /tmp/kiln-torch-tmp/toolchain/* /tmp/kiln-torch-store/toolchain/*; do "
     + "ln -sfn /nonexistent $$l 2>/dev/null && echo relinked $$l >> $@; done; touch $@",
 )
 """
@@ -235,7 +238,7 @@ def model() -> torch.nn.Module:
 
 
 def _header_state(torch_tmp: Path) -> dict[str, bytes]:
-    headers = torch_tmp / "precompiled_headers"
+    headers = torch_tmp / "published_headers"
     return {p.name: p.read_bytes() for p in sorted(headers.glob("*.h*")) if p.is_file()}
 
 

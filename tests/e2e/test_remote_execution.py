@@ -669,15 +669,15 @@ def test_a_genrule_on_a_node_cannot_write_the_nodes_torch_store_or_python_enviro
     for name in ("cpu", "gpu"):
         cache = cluster.tmp / f"worker-{name}" / "cache"
         for path in (
-            cache / "tmp/torch/precompiled_headers/planted.h",
+            cache / "tmp/torch/published_headers/planted.h",
             cache / "python-envs/planted.txt",
         ):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("as kiln made it\n")
             planted.append(path)
     targets = [
-        "/tmp/kiln-torch-store/precompiled_headers/planted.h",
-        "/tmp/kiln-torch-store/precompiled_headers/new.h",
+        "/tmp/kiln-torch-store/published_headers/planted.h",
+        "/tmp/kiln-torch-store/published_headers/new.h",
         *(str(p) for p in planted),
         *(str(p.parent / "new.txt") for p in planted),
     ]

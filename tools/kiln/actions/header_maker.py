@@ -118,7 +118,7 @@ def make(request: dict[str, Any], publish: Path) -> bool:
     path = real(request["header"], repr(command.get_command_line()), vec_isa=vec_isa, **settings)
     if os.path.basename(path) != request["name"]:
         return False
-    target = publish / header_store.HEADERS
+    target = publish / header_store.PUBLISHED
     target.mkdir(parents=True, exist_ok=True)
     for file in (f"{path}.gch", path):  # the compiled header first: see the module's doc
         staged = target / f".{os.path.basename(file)}.{os.getpid()}"
@@ -149,7 +149,7 @@ def main(argv: list[str]) -> int:
     for request in requests:
         if request["environment"] != environment:
             continue
-        if not (publish / header_store.HEADERS / request["name"]).exists():
+        if not (publish / header_store.PUBLISHED / request["name"]).exists():
             from torch._inductor import config
 
             with config.patch(request["configs"]):

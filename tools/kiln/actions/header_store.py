@@ -9,7 +9,7 @@ under a clean key (tests/e2e/test_action_isolation.py).
 
 Now (a sandboxed action, $KILN_TORCH_STORE set by the executor):
 
-    <store>/precompiled_headers/<hash>.h[.gch]    the disk cache's, bound read-only
+    <store>/published_headers/<hash>.h[.gch]      the disk cache's, bound read-only
     /tmp/kiln-torch-tmp/precompiled_headers/      the action's own (its private /tmp):
                                                   a link to each header of the store
 
@@ -38,7 +38,10 @@ from typing import Any
 # strings, pinned by a test).
 STORE_ENV = "KILN_TORCH_STORE"
 REQUESTS_ENV = "KILN_PCH_REQUESTS"
-HEADERS = "precompiled_headers"
+HEADERS = "precompiled_headers"  # the action's own folder: the path packages name
+# The store's folder: not the one actions wrote before issue 20 (which a genrule may have
+# rewritten), so nothing made before the header maker is ever taken from it.
+PUBLISHED = "published_headers"
 
 # The compile settings a request carries: what inductor passes _precompile_header, less the
 # vector ISA (by name) and anything naming a path or a program (the maker never takes those).

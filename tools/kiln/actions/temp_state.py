@@ -141,7 +141,7 @@ def pin_temp_dirs() -> None:
     codecache._HEADER_DIR = str(shared / header_store.HEADERS)
     codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
     if store:
-        header_store.link_store(Path(store) / header_store.HEADERS, shared / header_store.HEADERS)
+        header_store.link_store(Path(store) / header_store.PUBLISHED, shared / header_store.HEADERS)
         requests = os.environ.get(header_store.REQUESTS_ENV)
         if requests:
             header_store.record_misses(requests)
