@@ -669,6 +669,7 @@ def test_a_genrule_on_a_node_cannot_write_the_nodes_torch_store_or_python_enviro
     for name in ("cpu", "gpu"):
         cache = cluster.tmp / f"worker-{name}" / "cache"
         for path in (
+            cache / "tmp/torch/precompiled_headers/planted.h",  # where main kept them
             cache / "tmp/torch/published_headers/planted.h",
             cache / "python-envs/planted.txt",
         ):
@@ -676,6 +677,7 @@ def test_a_genrule_on_a_node_cannot_write_the_nodes_torch_store_or_python_enviro
             path.write_text("as kiln made it\n")
             planted.append(path)
     targets = [
+        "/tmp/kiln-torch-tmp/precompiled_headers/planted.h",  # main bound the cache's here
         "/tmp/kiln-torch-store/published_headers/planted.h",
         "/tmp/kiln-torch-store/published_headers/new.h",
         *(str(p) for p in planted),
