@@ -46,6 +46,7 @@ SANDBOXED_TORCH_PUBLISH = "/tmp/kiln-torch-publish"
 TORCH_STORE_ENV = "KILN_TORCH_STORE"
 TORCH_PUBLISH_ENV = "KILN_TORCH_PUBLISH"
 IN_USE_LOCK = ".in-use.lock"  # actions/temp_state.py: held shared by its users
+WINDOWS_TORCH = "windows-torch"  # actions/windows/torch_libs.py: the same name
 _MAKER_TIMEOUT = 600.0  # seconds; a header takes 5-8 s, a hung maker must not hang the build
 
 
@@ -139,13 +140,21 @@ class Sandboxing:
         torch_tmp.mkdir(parents=True, exist_ok=True)
         # Read-only in here, so made now: what `kiln clean` from another workspace waits on.
         (torch_tmp / IN_USE_LOCK).touch(mode=0o600, exist_ok=True)
+        windows = torch_tmp / WINDOWS_TORCH
+        windows.mkdir(exist_ok=True)
         # The Python environments of actions with packages (kiln.pyenv) are toolchain
         # too, read-only: made outside the sandbox, before their actions run, in here.
         environments = self._disk_cache.python_envs
         environments.mkdir(parents=True, exist_ok=True)
         config = SandboxConfig(
             toolchain=(*toolchain_dirs(self._hidden), str(environments)),
-            binds=(Bind(str(torch_tmp), SANDBOXED_TORCH_STORE),),
+            binds=(
+                Bind(str(torch_tmp), SANDBOXED_TORCH_STORE),
+                # The Windows torch libraries (actions/windows/torch_libs.py) stay shared and
+                # writable, as before issue 20: unpacked by the actions themselves, they are
+                # not yet made by kiln (the one part of the torch folder still open).
+                Bind(str(windows), f"{SANDBOXED_TORCH_TMP}/{WINDOWS_TORCH}", writable=True),
+            ),
             staging=str(self._output_base.sandbox),
             scratch=(str(self._workspace), str(self._output_base.execroot)),
         )
