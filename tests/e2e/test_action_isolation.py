@@ -197,3 +197,72 @@ def test_a_package_compiles_from_an_export_the_cache_holds_whose_outputs_a_libra
     assert "TorchExport" not in run.err  # a hit: only what runs is listed
     assert "AotiCompile //m:lm_pt2 (worker" in run.err
     assert (fresh.root / "kiln-out/m/lm_pt2.pt2").exists()
+
+
+# What a genrule can reach of the toolchain's shared state inside kiln's sandbox: torch's
+# precompiled headers and the links naming torch's and Python's folders, at the fixed
+# path every action sees. On main it rewrote each header (and removed its compiled form,
+# so inductor made it again from the rewritten text): another workspace's next compile,
+# under a clean key, then built the genrule's text into its package (here: an #error).
+# Now the disk cache's folder is the read-only store (/tmp/kiln-torch-store), and the
+# fixed path each action's own.
+POISON = """
+genrule(
+    name = "poison",
+    outs = ["poison.log"],
+    cmd = "for h in /tmp/kiln-torch-tmp/precompiled_headers/*.h "
+    + "/tmp/kiln-torch-store/published_headers/*.h; do "
+    + "(echo '#error poisoned by a genrule' > $$h && rm -f $$h.gch) 2>/dev/null "
+    + "&& echo rewrote $$h >> $@; done; "
+    + "for l in /tmp/kiln-torch-tmp/toolchain/* /tmp/kiln-torch-store/toolchain/*; do "
+    + "ln -sfn /nonexistent $$l 2>/dev/null && echo relinked $$l >> $@; done; touch $@",
+)
+"""
+TINY = """
+torch_model(
+    name = "tiny",
+    src = "tiny.py",
+    factory = "tiny:model",
+    inputs = [{"name": "x", "shape": [2, 4], "dtype": "float32"}],
+)
+aoti_package(name = "tiny_pt2", model = ":tiny",
+             inductor_configs = {"aot_inductor.compile_wrapper_opt_level": "O0"})
+"""
+TINY_MODEL = """
+import torch
+
+
+def model() -> torch.nn.Module:
+    return torch.nn.Linear(4, 3)
+"""
+
+
+def _header_state(torch_tmp: Path) -> dict[str, bytes]:
+    headers = torch_tmp / "published_headers"
+    return {p.name: p.read_bytes() for p in sorted(headers.glob("*.h*")) if p.is_file()}
+
+
+@pytest.mark.torch
+def test_a_genrule_that_writes_into_the_torch_folder_changes_no_later_compile(
+    ws: Workspace,
+) -> None:
+    ws.write("m/BUILD", TINY)
+    ws.write("m/tiny.py", TINY_MODEL)
+    ws.write("g/BUILD", POISON)
+    first = ws.kiln("build", "//m:tiny_pt2")
+    assert first.code == 0, first.err
+    torch_tmp = ws.disk_cache / "tmp" / "torch"
+    headers = _header_state(torch_tmp)
+    assert any(name.endswith(".gch") for name in headers), sorted(headers)
+    poison = ws.kiln("build", "//g:poison")
+    assert poison.code == 0, poison.err
+    # Another workspace, the same disk cache, another compile setting: the compile runs
+    # and reads the headers the genrule tried to rewrite.
+    fresh = ws.copy("fresh")
+    fresh.write("m/BUILD", TINY.replace('"O0"', '"O1"'))
+    run = fresh.kiln("build", "//m:tiny_pt2")
+    assert run.code == 0, run.err
+    assert "AotiCompile //m:tiny_pt2" in run.err
+    assert ws.out("g/poison.log") == "", ws.out("g/poison.log")
+    after = _header_state(torch_tmp)  # the O1 wrapper's header is new: the others as made
+    assert {name: after.get(name) for name in headers} == headers

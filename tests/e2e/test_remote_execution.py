@@ -658,3 +658,41 @@ def _gone(pid: int) -> bool:
     except OSError:
         return True
     return stat.rpartition(")")[2].split()[0] == "Z"  # a zombie: dead, not yet reaped
+
+
+def test_a_genrule_on_a_node_cannot_write_the_nodes_torch_store_or_python_environments(
+    driver: Driver, cluster: RayCluster
+) -> None:
+    """Issue 20: what a node shares between actions (its disk cache's precompiled headers,
+    its Python environments) is read-only to the actions it runs, as here."""
+    planted = []
+    for name in ("cpu", "gpu"):
+        cache = cluster.tmp / f"worker-{name}" / "cache"
+        for path in (
+            cache / "tmp/torch/precompiled_headers/planted.h",  # where main kept them
+            cache / "tmp/torch/published_headers/planted.h",
+            cache / "python-envs/planted.txt",
+        ):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("as kiln made it\n")
+            planted.append(path)
+    targets = [
+        "/tmp/kiln-torch-tmp/precompiled_headers/planted.h",  # main bound the cache's here
+        "/tmp/kiln-torch-store/published_headers/planted.h",
+        "/tmp/kiln-torch-store/published_headers/new.h",
+        *(str(p) for p in planted),
+        *(str(p.parent / "new.txt") for p in planted),
+    ]
+    cmd = "".join(f"(echo poisoned > {t}) 2>/dev/null && echo wrote {t}; " for t in targets)
+    driver.write(
+        "BUILD", f'genrule(name = "poison", outs = ["poison.log"], cmd = {cmd + "touch $@"!r})'
+    )
+    built = driver.build("//:poison", "--spawn_strategy=remote")
+    assert built.code == 0, built.err
+    assert built.actions()["Genrule //:poison"]["strategy"] == "remote-exec"
+    for path in planted:
+        assert path.read_text() == "as kiln made it\n", path
+        assert not (path.parent / "new.txt").exists()
+        assert not (path.parent / "new.h").exists()
+    # The store is at the same path on every node, read-only there.
+    assert "kiln-torch-store" not in driver.out("poison.log").decode()

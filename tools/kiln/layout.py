@@ -15,8 +15,8 @@
         cas/<xx>/<hash>[.x]               blobs (`.x`: the executable copy)
         ac/<xx>/<key>                     action results
         gc.lock                           held while the cache is collected
-        tmp/torch/                        torch's state shared by packaging actions (precompiled
-                                          headers; aoti_package.py), collected with the rest
+        tmp/torch/                        torch's precompiled headers, read-only to sandboxed
+                                          actions (actions/header_store.py), collected with the rest
         python-envs/<digest>/             Python environments: toolchain + locked packages
                                           (kiln.pyenv), shared by workspaces, collected whole
         python-envs/<digest>.in-use       held shared by every process using that environment

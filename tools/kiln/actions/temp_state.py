@@ -10,9 +10,10 @@ and open to another user creating them first.
 
 kiln sets $KILN_TORCH_TMP for every Python action (exec/sandboxing.py):
 
-    sandboxed   /tmp/kiln-torch-tmp, in the action's private /tmp: the disk cache's
-                tmp/torch bound there, so the same path everywhere; the private
-                caches beside it live in that private /tmp
+    sandboxed   /tmp/kiln-torch-tmp, in the action's private /tmp, so the same path
+                everywhere; the private caches beside it live in that private /tmp.
+                The disk cache's tmp/torch is bound read-only at $KILN_TORCH_STORE:
+                its precompiled headers are linked in (header_store.py)
     otherwise   <disk cache>/tmp/torch itself, per user: packages embed it, and so
                 differ between users and machines (docs/remote-cache.md)
 
@@ -36,6 +37,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from kiln.actions import header_store
 from kiln.actions.errors import ActionError
 
 # Read here, set by the executor (kiln.exec.sandboxing: the same name, pinned by a test).
@@ -104,10 +106,17 @@ IN_USE_LOCK = ".in-use.lock"
 _in_use: list[int] = []  # this process's descriptor of it, once taken
 
 
-def _hold_in_use(shared: Path) -> None:
+def _hold_in_use(shared: Path, *, read_only: bool = False) -> None:
     if _in_use:
         return
-    fd = os.open(shared / IN_USE_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    if read_only:  # the sandbox's store: kiln made the file before any action ran
+        try:
+            fd = os.open(shared / IN_USE_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+    else:
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(shared / IN_USE_LOCK, flags, 0o600)
     fcntl.flock(fd, fcntl.LOCK_SH)
     _in_use.append(fd)
 
@@ -119,12 +128,21 @@ def pin_temp_dirs() -> None:
     torch's and Python's folders named through links there (toolchain_paths.py)."""
     shared = shared_dir()
     _own_directory(shared)
-    _hold_in_use(shared)
+    # In kiln's sandbox the disk cache's torch state is a read-only store, the shared
+    # directory the action's own (actions/header_store.py).
+    store = os.environ.get(header_store.STORE_ENV)
+    _hold_in_use(Path(store) if store else shared, read_only=bool(store))
     os.environ["TMPDIR"] = str(shared)
     tempfile.tempdir = None
     from torch._inductor import codecache
 
     from kiln.actions import toolchain_paths
 
-    codecache._HEADER_DIR = str(shared / "precompiled_headers")
+    codecache._HEADER_DIR = str(shared / header_store.HEADERS)
+    codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
+    if store:
+        header_store.link_store(Path(store) / header_store.PUBLISHED, shared / header_store.HEADERS)
+        requests = os.environ.get(header_store.REQUESTS_ENV)
+        if requests:
+            header_store.record_misses(requests)
     toolchain_paths.pin(shared)

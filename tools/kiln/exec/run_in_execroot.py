@@ -29,6 +29,12 @@ from kiln.exec.spawn import Spawner, SpawnRequest, SpawnResult
 VERBOSE_FAILURES_ENV = "KILN_VERBOSE_FAILURES"
 # What kiln.actions.temp_state reads for torch's state (the same string as sandboxing's).
 TORCH_TMP_ENV = "KILN_TORCH_TMP"
+# Only in a sandbox: the read-only store of torch's precompiled headers, and where the
+# action notes those it had to make (actions/header_store.py: the same strings).
+TORCH_STORE_ENV = "KILN_TORCH_STORE"
+SANDBOXED_TORCH_STORE = "/tmp/kiln-torch-store"
+PCH_REQUESTS_ENV = "KILN_PCH_REQUESTS"
+PCH_REQUESTS = "pch-requests.jsonl"
 
 
 class ExecrootMaker(Protocol):
@@ -60,6 +66,9 @@ class Machine:
     interrupted: Callable[[], bool] = lambda: False
     # Blobs of generated inputs an action wrote through: they may be damaged.
     forget: Callable[[Mapping[str, Digest]], None] = lambda digests: None
+    # kiln's header maker, on the headers a sandboxed action noted (requests, execroot):
+    # sandboxing.make_headers.
+    make_headers: Callable[[Path, Path], None] = lambda requests, execroot: None
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,9 @@ def run_in_execroot(
         env.update(job.env)
         if action.argv[:1] == (PYTHON_INTERPRETER,):  # torch's state: actions/temp_state.py
             env.setdefault(TORCH_TMP_ENV, machine.torch_tmp(spawner.sandboxed))
+            if spawner.sandboxed:
+                env.setdefault(TORCH_STORE_ENV, SANDBOXED_TORCH_STORE)
+                env.setdefault(PCH_REQUESTS_ENV, str(root / ".tmp" / PCH_REQUESTS))
         before = files.input_stats(root, job.inputs)
         run = spawner.spawn(
             SpawnRequest(
@@ -137,6 +149,9 @@ def run_in_execroot(
         if not run.succeeded:
             message = run.failure_message + files.full_disk_note(root)
             return Ran(run.source, lane, failure=Failure(message, text), ended=run)
+        requests = root / ".tmp" / PCH_REQUESTS
+        if spawner.sandboxed and requests.is_file():
+            machine.make_headers(requests, root)
         if claim is not None and not claim():
             return Ran(None, lane, failure=Failure("the remote run finished first"), ended=run)
         missing = files.missing_outputs(root, action)

@@ -12,14 +12,19 @@ path and write outside their execroot, and a write through an input is
 caught only afterwards (execroot_files.input_stats).
 
 Besides an action's own files, a sandbox shows the toolchain (view.py: the
-system directories and the interpreter's), and at /tmp/kiln-torch-tmp the
-disk cache's torch state (layout.DiskCache.torch_tmp): a fixed path, the same
-for every user and machine, which packages embed (actions/inductor_cache.py).
-Without the sandbox, actions get that directory's own path, per user.
+system directories and the interpreter's, the Python environments), all
+read-only, and at /tmp/kiln-torch-store the disk cache's torch state
+(layout.DiskCache.torch_tmp), read-only too: torch's precompiled headers, which
+only kiln's header maker writes (make_headers; actions/header_store.py). Each
+action's torch folder is its own, /tmp/kiln-torch-tmp in its private /tmp: a
+fixed path, the same for every user and machine, which packages embed
+(actions/inductor_cache.py). Without the sandbox, actions get the disk cache's
+folder itself, per user, and write it as inductor does.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,6 +39,15 @@ if TYPE_CHECKING:
 # (kiln.actions.temp_state reads it: the same string, pinned by a test).
 SANDBOXED_TORCH_TMP = "/tmp/kiln-torch-tmp"
 TORCH_TMP_ENV = "KILN_TORCH_TMP"
+# The disk cache's torch state, read-only to every action (actions/header_store.py), and
+# writable to kiln's header maker alone (actions/header_maker.py): the same strings there.
+SANDBOXED_TORCH_STORE = "/tmp/kiln-torch-store"
+SANDBOXED_TORCH_PUBLISH = "/tmp/kiln-torch-publish"
+TORCH_STORE_ENV = "KILN_TORCH_STORE"
+TORCH_PUBLISH_ENV = "KILN_TORCH_PUBLISH"
+IN_USE_LOCK = ".in-use.lock"  # actions/temp_state.py: held shared by its users
+WINDOWS_TORCH = "windows-torch"  # actions/windows/torch_libs.py: the same name
+_MAKER_TIMEOUT = 600.0  # seconds; a header takes 5-8 s, a hung maker must not hang the build
 
 
 class Sandboxing:
@@ -82,6 +96,33 @@ class Sandboxing:
         """The torch state's path as the action sees it."""
         return SANDBOXED_TORCH_TMP if sandboxed else str(self._disk_cache.torch_tmp)
 
+    def make_headers(self, requests: Path, execroot: Path) -> None:
+        """Run kiln's header maker on the precompiled headers a sandboxed action had to make
+        itself (`requests`, in its execroot), publishing them into the read-only store.
+        Best effort: a header it cannot make is made again by the next action that needs it."""
+        sandbox = self.get()
+        if sandbox is None:
+            return
+        from kiln.sandbox.view import Bind
+
+        tmp = execroot / ".tmp"
+        sandbox.run(
+            [self._python, "-m", "kiln.actions.header_maker", str(requests)],
+            {
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                TORCH_TMP_ENV: SANDBOXED_TORCH_TMP,
+                TORCH_PUBLISH_ENV: SANDBOXED_TORCH_PUBLISH,
+            },
+            execroot,
+            tmp / "header-maker.out",
+            tmp / "header-maker.err",
+            [
+                Bind(str(execroot), str(execroot), writable=True),
+                Bind(str(self._disk_cache.torch_tmp), SANDBOXED_TORCH_PUBLISH, writable=True),
+            ],
+            _MAKER_TIMEOUT,
+        )
+
     def close(self) -> None:
         with self._lock:
             sandbox, self._sandbox = self._sandbox, None
@@ -97,13 +138,23 @@ class Sandboxing:
             return None
         torch_tmp = self._disk_cache.torch_tmp
         torch_tmp.mkdir(parents=True, exist_ok=True)
+        # Read-only in here, so made now: what `kiln clean` from another workspace waits on.
+        (torch_tmp / IN_USE_LOCK).touch(mode=0o600, exist_ok=True)
+        windows = torch_tmp / WINDOWS_TORCH
+        windows.mkdir(exist_ok=True)
         # The Python environments of actions with packages (kiln.pyenv) are toolchain
         # too, read-only: made outside the sandbox, before their actions run, in here.
         environments = self._disk_cache.python_envs
         environments.mkdir(parents=True, exist_ok=True)
         config = SandboxConfig(
             toolchain=(*toolchain_dirs(self._hidden), str(environments)),
-            binds=(Bind(str(torch_tmp), SANDBOXED_TORCH_TMP, writable=True),),
+            binds=(
+                Bind(str(torch_tmp), SANDBOXED_TORCH_STORE),
+                # The Windows torch libraries (actions/windows/torch_libs.py) stay shared and
+                # writable, as before issue 20: unpacked by the actions themselves, they are
+                # not yet made by kiln (the one part of the torch folder still open).
+                Bind(str(windows), f"{SANDBOXED_TORCH_TMP}/{WINDOWS_TORCH}", writable=True),
+            ),
             staging=str(self._output_base.sandbox),
             scratch=(str(self._workspace), str(self._output_base.execroot)),
         )

@@ -144,7 +144,13 @@ def _run_in(
     job = Job(action, argv, inputs, executable, task.timeout, env, node, node)
     machine = _machine_for(worker_root(), task.sandbox)
     execroots = _OneExecroot(execroot, cas)
-    place = Machine(cas, execroots, machine.sandboxing.torch_tmp, forget=execroots.forget)
+    place = Machine(
+        cas,
+        execroots,
+        machine.sandboxing.torch_tmp,
+        forget=execroots.forget,
+        make_headers=machine.sandboxing.make_headers,
+    )
     try:
         ran = run_in_execroot(job, machine.spawner(action), place)
     except RunFailed as failed:

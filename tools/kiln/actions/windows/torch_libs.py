@@ -30,11 +30,13 @@ from kiln.actions.temp_state import shared_dir
 from kiln.windows_specs import WindowsTorch
 
 WHEELHOUSE_ENV = "KILN_WINDOWS_WHEELHOUSE"
+# Bound shared and writable into every sandboxed action (exec/sandboxing.py: the same name).
+WINDOWS_TORCH = "windows-torch"
 
 
 def lib_dir(torch: WindowsTorch) -> Path:
     """torch/lib of the wheel `torch` names, fetched and unpacked once."""
-    root = shared_dir() / "windows-torch" / torch.sha256
+    root = shared_dir() / WINDOWS_TORCH / torch.sha256
     lib = root / "torch" / "lib"
     if (root / ".complete").exists():
         return lib
