@@ -228,8 +228,11 @@ class Executor:
         """Ctrl-C: kill what runs; nothing more is stored."""
         self._interrupted = True
         self._strategies.interrupt()
+        self.sandboxing.stop_making_headers()
 
     def shutdown(self) -> None:
+        # Headers still being made publish before the execroots' folder is removed.
+        self.sandboxing.wait_for_headers()
         self.execroots.close()
         self._strategies.close()
         self.sandboxing.close()

@@ -24,9 +24,13 @@ folder itself, per user, and write it as inductor does.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,6 +78,10 @@ class Sandboxing:
         self._lock = threading.Lock()
         self._decided = False
         self._sandbox: Sandbox | None = None
+        # the header maker's queue (make_headers): one at a time, each request set once
+        self._makers: ThreadPoolExecutor | None = None
+        self._asked: set[str] = set()
+        self._closing = False
 
     def get(self) -> Sandbox | None:
         """The build's sandbox, started at the first call; None if off or unavailable."""
@@ -97,34 +105,82 @@ class Sandboxing:
         return SANDBOXED_TORCH_TMP if sandboxed else str(self._disk_cache.torch_tmp)
 
     def make_headers(self, requests: Path, execroot: Path) -> None:
-        """Run kiln's header maker on the precompiled headers a sandboxed action had to make
-        itself (`requests`, in its execroot), publishing them into the read-only store.
-        Best effort: a header it cannot make is made again by the next action that needs it."""
-        sandbox = self.get()
-        if sandbox is None:
+        """Have kiln's header maker make the precompiled headers a sandboxed action had to
+        make itself (`requests`, in its execroot) and publish them into the read-only
+        store: in the background, so that the action's result does not wait the 5-8 s a
+        header takes (it made its own); close() waits for what is still being made. Best
+        effort: a header it cannot make is made again by the next action that needs it.
+        The same requests (actions of one compile setting) are made once a build."""
+        if self.get() is None:
             return
-        from kiln.sandbox.view import Bind
+        try:
+            asked = requests.read_bytes()
+        except OSError:
+            return
+        digest = hashlib.sha256(asked).hexdigest()
+        with self._lock:
+            if digest in self._asked or self._closing:
+                return
+            self._asked.add(digest)
+            if self._makers is None:
+                self._makers = ThreadPoolExecutor(1, thread_name_prefix="kiln-header-maker")
+            makers = self._makers
+        # A folder of the maker's own beside the action's execroot, which is removed
+        # once the action's outputs are stored: the maker reads only the requests.
+        scratch = Path(tempfile.mkdtemp(prefix=".header-maker-", dir=execroot.parent))
+        (scratch / ".tmp").mkdir()
+        (scratch / ".tmp" / requests.name).write_bytes(asked)
+        makers.submit(self._make_headers, scratch / ".tmp" / requests.name, scratch)
 
-        tmp = execroot / ".tmp"
-        sandbox.run(
-            [self._python, "-m", "kiln.actions.header_maker", str(requests)],
-            {
-                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                TORCH_TMP_ENV: SANDBOXED_TORCH_TMP,
-                TORCH_PUBLISH_ENV: SANDBOXED_TORCH_PUBLISH,
-            },
-            execroot,
-            tmp / "header-maker.out",
-            tmp / "header-maker.err",
-            [
-                Bind(str(execroot), str(execroot), writable=True),
-                Bind(str(self._disk_cache.torch_tmp), SANDBOXED_TORCH_PUBLISH, writable=True),
-            ],
-            _MAKER_TIMEOUT,
-        )
+    def _make_headers(self, requests: Path, scratch: Path) -> None:
+        sandbox = self.get()
+        try:
+            if sandbox is not None:
+                from kiln.sandbox.view import Bind
+
+                tmp = scratch / ".tmp"
+                sandbox.run(
+                    [self._python, "-m", "kiln.actions.header_maker", str(requests)],
+                    {
+                        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                        TORCH_TMP_ENV: SANDBOXED_TORCH_TMP,
+                        TORCH_PUBLISH_ENV: SANDBOXED_TORCH_PUBLISH,
+                    },
+                    scratch,
+                    tmp / "header-maker.out",
+                    tmp / "header-maker.err",
+                    [
+                        Bind(str(scratch), str(scratch), writable=True),
+                        Bind(
+                            str(self._disk_cache.torch_tmp), SANDBOXED_TORCH_PUBLISH, writable=True
+                        ),
+                    ],
+                    _MAKER_TIMEOUT,
+                )
+        except Exception:  # the sandbox closed under it (an interrupted build): not made
+            pass
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def wait_for_headers(self) -> None:
+        """Wait until the headers being made are published (each maker is bounded)."""
+        with self._lock:
+            makers, self._makers = self._makers, None
+        if makers is not None:
+            makers.shutdown(wait=True)
+
+    def stop_making_headers(self) -> None:
+        """Ctrl-C: make no more headers; the one being made ends with the sandbox."""
+        with self._lock:
+            self._closing = True
+            makers, self._makers = self._makers, None
+        if makers is not None:
+            makers.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
+        self.wait_for_headers()
         with self._lock:
+            self._closing = True
             sandbox, self._sandbox = self._sandbox, None
         if sandbox is not None:
             sandbox.close()
