@@ -24,6 +24,7 @@ folder itself, per user, and write it as inductor does.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -82,6 +83,8 @@ class Sandboxing:
         self._makers: ThreadPoolExecutor | None = None
         self._asked: set[str] = set()
         self._closing = False
+        self._store_lock: int | None = None  # the torch store's in-use lock, held shared
+        self._store_guard = threading.Lock()
 
     def get(self) -> Sandbox | None:
         """The build's sandbox, started at the first call; None if off or unavailable."""
@@ -184,6 +187,10 @@ class Sandboxing:
             sandbox, self._sandbox = self._sandbox, None
         if sandbox is not None:
             sandbox.close()
+        with self._store_guard:  # no action of this build sees the store any more
+            store_lock, self._store_lock = self._store_lock, None
+        if store_lock is not None:
+            os.close(store_lock)
 
     def _start(self) -> Sandbox | None:
         try:
@@ -195,7 +202,11 @@ class Sandboxing:
         torch_tmp = self._disk_cache.torch_tmp
         torch_tmp.mkdir(parents=True, exist_ok=True)
         # Read-only in here, so made now: what `kiln clean` from another workspace waits on.
-        (torch_tmp / IN_USE_LOCK).touch(mode=0o600, exist_ok=True)
+        # Held shared while this sandbox lives, as torch actions hold it: every action's
+        # view binds the store, and an expunge that removed it meanwhile failed the next
+        # action's set-up, a genrule's too ("mount ... on /tmp/kiln-torch-store: No such
+        # file or directory", tests/e2e/test_damaged_cache.py).
+        self._hold_store(torch_tmp / IN_USE_LOCK)
         windows = torch_tmp / WINDOWS_TORCH
         windows.mkdir(exist_ok=True)
         # The Python environments of actions with packages (kiln.pyenv) are toolchain
@@ -219,6 +230,15 @@ class Sandboxing:
         except SandboxUnavailable as error:
             self._fall_back(error.message)
             return None
+
+    def _hold_store(self, lock: Path) -> None:
+        # Not self._lock: get() holds it while it starts the sandbox.
+        with self._store_guard:
+            if self._store_lock is not None:
+                return
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            self._store_lock = fd
 
     def _fall_back(self, reason: str) -> None:
         self.warn(
