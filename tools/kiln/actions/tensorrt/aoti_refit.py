@@ -29,13 +29,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kiln.action_specs import TrtToolchain
 from kiln.actions import spec as action_spec
 from kiln.actions import temp_state
 from kiln.actions.inductor_cache import cpu_target_env
 from kiln.actions.spec import ActionFailure
 from kiln.actions.temp_state import pin_temp_dirs
+from kiln.actions.tensorrt import package_archive, package_facts
 from kiln.actions.tensorrt.package_facts import inline_engines
-from kiln.package_specs import PackageWeights, TrtRefitSpec, WeightsHow
+from kiln.package_specs import PackageEngine, PackageWeights, TrtRefitSpec, WeightsHow
 
 SWAPPED = (
     "the package's engine objects ({records}) replaced with the refit engines; its "
@@ -52,88 +54,151 @@ def main(spec: TrtRefitSpec) -> None:
         pin_temp_dirs()
         import torch
 
-        from kiln.actions.tensorrt import aoti_backend, package_archive, package_facts
-        from kiln.actions.tensorrt import refit as trt_refit
-        from kiln.actions.tensorrt.compiler import import_torch_tensorrt
+        from kiln.actions.tensorrt import engine_refit
 
-        torch_tensorrt = import_torch_tensorrt()
-        _, trt_gm, _, _, weights = trt_refit.refitted(
-            torch_tensorrt,
-            spec.refit,
-            list(aoti_backend.examples(spec.signature, spec.device)),
-            device=spec.device,
-            settings=aoti_backend.compile_settings(spec.tensorrt, spec.torch_executed_ops),
-            ranges=spec.signature.ranges(),
-        )
-        engines = package_facts.all_engines(trt_gm)
-        unread: str | None = None
         try:
-            records = package_archive.engine_records(Path(spec.package))
-        except ActionFailure as error:  # a layout this code does not know: package again
-            records, unread = {}, str(error)
-        # Unpickling the package's engine objects deserializes each engine (1.1 s for
-        # ResNet-18's 53 MB on the H100): only where constant names do not pair them.
-        in_package = (
-            engine_names(Path(spec.package), records) if _needs_names(engines, records) else None
+            direct = engine_refit.refit_package(
+                Path(spec.package), Path(spec.refit.weights), Path(spec.refit.structure)
+            )
+        except engine_refit.NotDirect as error:
+            print(f"kiln: refit through Torch-TensorRT, since {error}")
+            _through_torch_tensorrt(spec, output, cache, torch, direct_refused=str(error))
+        else:
+            _finish(
+                spec,
+                output,
+                torch,
+                source=Path(spec.package),
+                replace=direct.replace,
+                how="refit",
+                detail=f"{direct.detail}; "
+                + SWAPPED.format(records=", ".join(sorted(direct.replace))),
+                engines=tuple(
+                    package_facts.engine_entry(name, direct.records.get(name), data)
+                    for name, data in sorted(direct.engines.items())
+                ),
+                trt=package_facts.installed_toolchain(torch, engine_refit.tensorrt_module()),
+            )
+
+
+def _through_torch_tensorrt(
+    spec: TrtRefitSpec, output: Path, cache: Path, torch: Any, *, direct_refused: str
+) -> None:
+    """Torch-TensorRT's refit_module_weights, then the engines swapped into the package (or
+    the refit module packaged again where they cannot be)."""
+    from kiln.actions.tensorrt import aoti_backend
+    from kiln.actions.tensorrt import refit as trt_refit
+    from kiln.actions.tensorrt.compiler import import_torch_tensorrt
+
+    torch_tensorrt = import_torch_tensorrt()
+    _, trt_gm, _, _, weights = trt_refit.refitted(
+        torch_tensorrt,
+        spec.refit,
+        list(aoti_backend.examples(spec.signature, spec.device)),
+        device=spec.device,
+        settings=aoti_backend.compile_settings(spec.tensorrt, spec.torch_executed_ops),
+        ranges=spec.signature.ranges(),
+    )
+    engines = package_facts.all_engines(trt_gm)
+    unread: str | None = None
+    try:
+        records = package_archive.engine_records(Path(spec.package))
+    except ActionFailure as error:  # a layout this code does not know: package again
+        records, unread = {}, str(error)
+    # Unpickling the package's engine objects deserializes each engine (1.1 s for
+    # ResNet-18's 53 MB on the H100): only where constant names do not pair them.
+    in_package = (
+        engine_names(Path(spec.package), records) if _needs_names(engines, records) else None
+    )
+    why_not = (
+        (unread or swap_refused(trt_gm, engines, records, in_package))
+        if weights.refit
+        else weights.how
+    )
+    how: WeightsHow = "refit" if weights.refit else "built"
+    # Why TensorRT's Refitter was not used on the package's engines directly
+    # (kiln.actions.tensorrt.engine_refit): the manifest says it.
+    refused = f" (TensorRT's Refitter not used directly, since {direct_refused})"
+    if why_not is None:
+        engines = _paired(engines, records, in_package)
+        replace = {records[name]: pickled(engine) for name, engine in engines}
+        detail = f"{weights.how}{refused}; " + SWAPPED.format(records=", ".join(sorted(replace)))
+        source = Path(spec.package)
+    else:
+        started = time.monotonic()
+        source = cache / "saved" / output.name
+        aoti_backend.save(
+            trt_gm,
+            source,
+            device=spec.device,
+            signature=spec.signature,
+            inductor_configs=spec.inductor_configs,
         )
-        why_not = (
-            (unread or swap_refused(trt_gm, engines, records, in_package))
+        records = package_archive.engine_records(source)
+        replace = {}
+        seconds = time.monotonic() - started
+        detail = (
+            f"{weights.how}{refused}; packaged again with the AOTInductor save "
+            f"({seconds:.1f} s), since {why_not}"
             if weights.refit
             else weights.how
         )
-        how: WeightsHow = "refit" if weights.refit else "built"
-        if why_not is None:
-            engines = _paired(engines, records, in_package)
-            replace = {records[name]: pickled(engine) for name, engine in engines}
-            detail = f"{weights.how}; " + SWAPPED.format(records=", ".join(sorted(replace)))
-            source = Path(spec.package)
-        else:
-            started = time.monotonic()
-            source = cache / "saved" / output.name
-            aoti_backend.save(
-                trt_gm,
-                source,
-                device=spec.device,
-                signature=spec.signature,
-                inductor_configs=spec.inductor_configs,
-            )
-            records = package_archive.engine_records(source)
-            replace = {}
-            seconds = time.monotonic() - started
-            detail = (
-                f"{weights.how}; packaged again with the AOTInductor save "
-                f"({seconds:.1f} s), since {why_not}"
-                if weights.refit
-                else weights.how
-            )
-        entries = package_facts.engine_entries(engines, records)
-        trt = package_facts.toolchain(torch, torch_tensorrt)
-        gpu = package_facts.build_gpu(torch)
-        kiln = package_facts.metadata(
-            spec.provenance,
-            compile_digest=package_facts.file_digest(Path(spec.refit.compiled)),
-            program_digest=package_facts.file_digest(Path(spec.package)),
-            weights_digest=weights.weights_sha256,
-            weights_file=Path(spec.refit.weights).name,
-            how=how,
-            engines=entries,
-            trt=trt,
-            gpu=gpu,
-        )
-        package_archive.rewrite(source, output, replace=replace, metadata=kiln)
-        package_facts.write_manifest(
-            Path(spec.manifest),
-            spec.provenance,
-            output,
-            weights=PackageWeights(
-                how=how, detail=detail, sha256=weights.weights_sha256, form="packaged"
-            ),
-            engines=entries,
-            trt=trt,
-            gpu=gpu,
-            kiln_metadata=kiln,
-        )
-        print(f"{how}: {detail}")
+    _finish(
+        spec,
+        output,
+        torch,
+        source=source,
+        replace=replace,
+        how=how,
+        detail=detail,
+        engines=package_facts.engine_entries(engines, records),
+        trt=package_facts.toolchain(torch, torch_tensorrt),
+    )
+
+
+def _finish(
+    spec: TrtRefitSpec,
+    output: Path,
+    torch: Any,
+    *,
+    source: Path,
+    replace: dict[str, bytes],
+    how: WeightsHow,
+    detail: str,
+    engines: tuple[PackageEngine, ...],
+    trt: TrtToolchain,
+) -> None:
+    """The package with its kiln.* metadata, and its manifest."""
+    gpu = package_facts.build_gpu(torch)
+    kiln = package_facts.metadata(
+        spec.provenance,
+        compile_digest=package_facts.file_digest(Path(spec.refit.compiled)),
+        program_digest=package_facts.file_digest(Path(spec.package)),
+        weights_digest=_weights_digest(spec),
+        weights_file=Path(spec.refit.weights).name,
+        how=how,
+        engines=engines,
+        trt=trt,
+        gpu=gpu,
+    )
+    package_archive.rewrite(source, output, replace=replace, metadata=kiln)
+    package_facts.write_manifest(
+        Path(spec.manifest),
+        spec.provenance,
+        output,
+        weights=PackageWeights(
+            how=how, detail=detail, sha256=_weights_digest(spec), form="packaged"
+        ),
+        engines=engines,
+        trt=trt,
+        gpu=gpu,
+        kiln_metadata=kiln,
+    )
+    print(f"{how}: {detail}")
+
+
+def _weights_digest(spec: TrtRefitSpec) -> str:
+    return package_facts.file_digest(Path(spec.refit.weights))
 
 
 def swap_refused(

@@ -39,6 +39,33 @@ def toolchain(torch: Any, torch_tensorrt: Any) -> TrtToolchain:
     )
 
 
+def installed_toolchain(torch: Any, tensorrt: Any) -> TrtToolchain:
+    """toolchain() without importing torch_tensorrt (2.4 s): its version from the installed
+    distribution, its flavour from the TensorRT module it runs on (`tensorrt`), its ABI
+    from the runtime library (kiln.actions.torchtrt_runtime)."""
+    from kiln.actions import torchtrt_runtime
+
+    rtx = getattr(tensorrt, "__name__", "") == "tensorrt_rtx"
+    torchtrt_runtime.load()
+    return TrtToolchain(
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        torch_tensorrt=_distribution_version("torch_tensorrt_rtx" if rtx else "torch_tensorrt"),
+        flavour="rtx" if rtx else "standard",
+        tensorrt=str(getattr(tensorrt, "__version__", "")) or None,
+        torch_tensorrt_abi=_abi_version(torch),
+    )
+
+
+def _distribution_version(name: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def build_gpu(torch: Any) -> BuildGpu | None:
     """The GPU this action runs on (None without one: the stand-in's CPU tests)."""
     if not torch.cuda.is_available():
@@ -78,15 +105,15 @@ def engine_entries(
             data = engine_bytes(name, engine)
         else:
             data = read_inline_engine(engine).serialized_engine
-        entries.append(
-            PackageEngine(
-                name=name,
-                record=(records or {}).get(name),
-                bytes=len(data),
-                sha256=hashlib.sha256(data).hexdigest(),
-            )
-        )
+        entries.append(engine_entry(name, (records or {}).get(name), data))
     return tuple(entries)
+
+
+def engine_entry(name: str, record: str | None, data: bytes) -> PackageEngine:
+    """The manifest's entry for one serialized engine."""
+    return PackageEngine(
+        name=name, record=record, bytes=len(data), sha256=hashlib.sha256(data).hexdigest()
+    )
 
 
 def metadata(
