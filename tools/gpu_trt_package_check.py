@@ -18,6 +18,7 @@ later call on the same warm machine goes on where the last one stopped):
              deserialized without AOTInductor) for comparison
     resnet   (named only) ResNet-18 as a TensorRT package: full build, then new weights
              (model_weights seed 19) and the weights-only build: the ratio for ResNet
+    resnet_cuda  (named only) ResNet-18 as a CUDA inductor package, for the load times
     cxx      the generated C++ loaders of the CUDA and the TensorRT .pt2, built with their
              CMake packages (tools/gpu_pt2_app.cpp), run at min/opt/max against eager and
              at a batch past the range (must be refused)
@@ -615,12 +616,38 @@ aoti_package(
         manifest(target)
 
 
+def step_resnet_cuda() -> None:
+    """ResNet-18 as a CUDA inductor package, beside `resnet`'s TensorRT one: the load-time
+    comparison issue 29 asks for is of the same model's two packages."""
+    workspace()
+    build_file = WS / "models" / "BUILD"
+    target = "resnet_cuda_pt2"
+    if f'name = "{target}"' not in build_file.read_text():
+        build_file.write_text(
+            build_file.read_text()
+            + f"""
+aoti_package(
+    name = "{target}",
+    model = ":resnet",
+    device = "cuda",
+    cpu_target = "native",
+    rtol = 1e-2,
+    atol = 1e-2,
+)
+"""
+        )
+    code, seconds, events = kiln_build(target, f"first-{target}")
+    summary = ", ".join(f"{m} {a['seconds']} s" for m, a in actions_of(events).items())
+    report("PASS" if code == 0 else "FAIL", f"build {target}", f"{seconds:.1f} s ({summary})")
+
+
 STEPS = {
     "build": step_build,
     "weights": step_weights,
     "load": step_load,
     "cxx": step_cxx,
     "resnet": step_resnet,  # named only: not in a run of every step
+    "resnet_cuda": step_resnet_cuda,  # named only
 }
 DEFAULT_STEPS = ("build", "weights", "load", "cxx")
 
