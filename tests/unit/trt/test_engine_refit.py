@@ -50,13 +50,16 @@ def engine_state(engine: bytes, metadata: dict[str, Any]) -> list[str]:
 
 
 def torchbind_record(state: list[str]) -> bytes:
-    """What torch._C._pickle_save writes for a torch.classes.tensorrt.Engine: an archive whose
-    data.pkl is GLOBAL, EMPTY_TUPLE, NEWOBJ, the state list, BUILD (torch's pickler.cpp)."""
-    pkl = bytearray(b"\x80\x02c__torch__.torch.classes.tensorrt\nEngine\nq\x00)\x81]q\x01(")
+    """What torch._C._pickle_save writes for a torch.classes.tensorrt.Engine (seen on the
+    H100, torch 2.11): an archive whose data.pkl is GLOBAL, EMPTY_TUPLE, NEWOBJ, the state
+    list tagged with its type (torch.jit._pickle.restore_type_tag(list, "List[str]")),
+    BUILD."""
+    pkl = bytearray(b"\x80\x02c__torch__.torch.classes.tensorrt\nEngine\nq\x00)\x81")
+    pkl += b"ctorch.jit._pickle\nrestore_type_tag\nq\x01]q\x02("
     for i, item in enumerate(state):
         data = item.encode()
-        pkl += b"X" + len(data).to_bytes(4, "little") + data + b"q" + bytes([i + 2])
-    pkl += b"eb."
+        pkl += b"X" + len(data).to_bytes(4, "little") + data + b"q" + bytes([i + 3])
+    pkl += b"eX\t\x00\x00\x00List[str]\x86R" + b"b."
     out = io.BytesIO()
     writer = torch._C.PyTorchFileWriter(out)
     writer.write_record("data.pkl", bytes(pkl), len(pkl))

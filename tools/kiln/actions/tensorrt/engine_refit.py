@@ -194,10 +194,17 @@ class _TorchBindObject:
         self.state = state
 
 
+def _restore_type_tag(value: Any, type_tag: str) -> Any:
+    """torch's pickler tags a typed list with its type ("List[str]"): the list as it is."""
+    return value
+
+
 class _StateUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) == ENGINE_CLASS:
             return _TorchBindObject
+        if (module, name) == ("torch.jit._pickle", "restore_type_tag"):
+            return _restore_type_tag
         raise pickle.UnpicklingError(f"{module}.{name} in an engine record")
 
 
