@@ -170,11 +170,12 @@ def _finish(
 ) -> None:
     """The package with its kiln.* metadata, and its manifest."""
     gpu = package_facts.build_gpu(torch)
+    weights_digest = package_facts.file_digest(Path(spec.refit.weights))
     kiln = package_facts.metadata(
         spec.provenance,
         compile_digest=package_facts.file_digest(Path(spec.refit.compiled)),
         program_digest=package_facts.file_digest(Path(spec.package)),
-        weights_digest=_weights_digest(spec),
+        weights_digest=weights_digest,
         weights_file=Path(spec.refit.weights).name,
         how=how,
         engines=engines,
@@ -186,19 +187,13 @@ def _finish(
         Path(spec.manifest),
         spec.provenance,
         output,
-        weights=PackageWeights(
-            how=how, detail=detail, sha256=_weights_digest(spec), form="packaged"
-        ),
+        weights=PackageWeights(how=how, detail=detail, sha256=weights_digest, form="packaged"),
         engines=engines,
         trt=trt,
         gpu=gpu,
         kiln_metadata=kiln,
     )
     print(f"{how}: {detail}")
-
-
-def _weights_digest(spec: TrtRefitSpec) -> str:
-    return package_facts.file_digest(Path(spec.refit.weights))
 
 
 def swap_refused(

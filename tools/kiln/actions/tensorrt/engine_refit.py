@@ -292,7 +292,7 @@ def structure_facts(structure: Path) -> StructureFacts:
     program = torch.export.load(str(structure))  # meta tensors: nothing of a value
     signature = program.graph_signature
     weight_of = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
-    eps = {}
+    eps: dict[str, float] = {}
     used = set()
     for node in program.graph.nodes:
         if node.op == "placeholder" and node.name in weight_of and node.users:
