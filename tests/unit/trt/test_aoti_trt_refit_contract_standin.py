@@ -386,3 +386,44 @@ def test_engines_under_other_constant_names_are_matched_by_their_own_names(
 def _refit_engine(refit: Any) -> Any:
     module = StandIn()._graph_module(refit.args[1], refit=True)
     return module._run_on_acc_0_engine
+
+
+def test_where_the_refitter_can_refit_the_engines_directly_torch_tensorrt_is_not_used(
+    trt_actions: pytest.MonkeyPatch,
+) -> None:
+    """The direct path (kiln.actions.tensorrt.engine_refit, pinned in test_engine_refit.py
+    against a TensorRT stand-in): its engine records go into the package as they are, no
+    refit_module_weights runs, and the manifest says how the weights got in."""
+    from kiln.actions import torchtrt_runtime
+    from kiln.actions.tensorrt import engine_refit
+
+    record = "data/constants/custom_obj_0"
+    direct = engine_refit.DirectRefit(
+        records={"_run_on_acc_0_engine": record},
+        replace={record: b"the refit engine object"},
+        engines={"_run_on_acc_0_engine": b"the refit engine"},
+        detail="refit with TensorRT's Refitter (stand-in)",
+    )
+    trt_actions.setattr(engine_refit, "refit_package", lambda *args: direct)
+    rtx = type("tensorrt_rtx", (), {"__name__": "tensorrt_rtx", "__version__": "1.4.0.76"})
+    trt_actions.setattr(engine_refit, "tensorrt_module", lambda: rtx)
+    trt_actions.setattr(torchtrt_runtime, "load", lambda: "stand-in")
+    _, standin = _build(trt_actions)
+
+    assert standin.names() == ["load", "save"]  # AotiPackage's alone
+    assert _records(f"{OUT}.pt2")[record] == b"the refit engine object"
+    manifest = PackageManifest.read(f"{OUT}.manifest.json")
+    assert manifest.weights.how == "refit"
+    assert manifest.weights.detail.startswith("refit with TensorRT's Refitter (stand-in)")
+    (engine,) = manifest.engines
+    assert engine.sha256 == hashlib.sha256(b"the refit engine").hexdigest()
+    assert manifest.tensorrt is not None
+    assert (manifest.tensorrt.flavour, manifest.tensorrt.tensorrt) == ("rtx", "1.4.0.76")
+
+
+def test_where_the_refitter_cannot_the_manifest_says_why(
+    trt_actions: pytest.MonkeyPatch,
+) -> None:
+    _build(trt_actions)  # the stand-in's records are no TorchBind archive
+    manifest = PackageManifest.read(f"{OUT}.manifest.json")
+    assert "TensorRT's Refitter not used directly, since" in manifest.weights.detail

@@ -185,7 +185,7 @@ def test_an_eps_of_an_unknown_node_is_the_models_one_eps() -> None:
 
 
 def test_what_only_the_lowering_computes_is_not_refit_directly() -> None:
-    with pytest.raises(NotDirect, match="'_frozen_param0'.*lowering"):
+    with pytest.raises(NotDirect, match=r"'_frozen_param0'.*lowering"):
         sources({"fc KERNEL": ["_frozen_param0", np.float32]}, ["fc KERNEL"])
     with pytest.raises(NotDirect, match="folded batch norm"):
         sources({"bn SCALE": [["bn1.weight", "bn1.bias"], np.float32]}, ["bn SCALE"])
