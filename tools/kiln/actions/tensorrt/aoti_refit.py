@@ -51,7 +51,6 @@ def main(spec: TrtRefitSpec) -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
         os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
         os.environ.update(cpu_target_env(spec.provenance.cpu_target))
-        pin_temp_dirs()
         import torch
 
         from kiln.actions.tensorrt import engine_refit
@@ -62,6 +61,7 @@ def main(spec: TrtRefitSpec) -> None:
             )
         except engine_refit.NotDirect as error:
             print(f"kiln: refit through Torch-TensorRT, since {error}")
+            pin_temp_dirs()  # its AOTInductor save may compile (the direct path never does)
             _through_torch_tensorrt(spec, output, cache, torch, direct_refused=str(error))
         else:
             _finish(

@@ -126,11 +126,11 @@ def read_record(record: bytes) -> EngineRecord:
     return EngineRecord(state=list(state), pickle=pkl)
 
 
-def with_engine(record: bytes, engine: bytes) -> bytes:
+def with_engine(record: bytes, engine: bytes, old: EngineRecord | None = None) -> bytes:
     """The record with its engine replaced by `engine` (raw TensorRT bytes): data.pkl's
     engine string spliced, every other byte of the state as it was, rewritten with torch's
-    own archive writer (as torch._C._pickle_save writes it)."""
-    old = read_record(record)
+    own archive writer (as torch._C._pickle_save writes it). `old`: the record as read."""
+    old = old or read_record(record)
     encoded = base64.b64encode(engine).decode()
     rewritten = _rezipped(record, _spliced(old.pickle, old.state[ENGINE_IDX], encoded))
     expected = [*old.state[:ENGINE_IDX], encoded, *old.state[ENGINE_IDX + 1 :]]
@@ -455,7 +455,7 @@ def refit_package(package: Path, weights_file: Path, structure: Path) -> DirectR
             done = refit(
                 trt, engine.engine, engine.weight_name_map(), weights, facts.batch_norm_eps
             )
-            replace[record] = with_engine(data, done.engine)
+            replace[record] = with_engine(data, done.engine, engine)
             engines[constant] = done.engine
             taken |= done.taken
             set_by_value += done.constants
