@@ -563,12 +563,11 @@ def _library_dirs() -> list[str]:
     return list(dict.fromkeys(dirs))
 
 
-def step_resnet() -> None:
-    """ResNet-18 as a TensorRT package: a full build, then new weights (the model_weights
-    target's seed 18 -> 19) and a weights-only build; the ratio issue 29 asks for."""
+def resnet_package(target: str, backend: str) -> Path:
+    """The workspace's models/BUILD, with a CUDA aoti_package `target` of ResNet-18 added
+    (`backend`: an attribute line, or none for inductor)."""
     workspace()
     build_file = WS / "models" / "BUILD"
-    target = "resnet_trt_pt2"
     if f'name = "{target}"' not in build_file.read_text():
         build_file.write_text(
             build_file.read_text()
@@ -577,13 +576,21 @@ aoti_package(
     name = "{target}",
     model = ":resnet",
     device = "cuda",
-    backend = "tensorrt",
+    {backend}
     cpu_target = "native",
     rtol = 1e-2,
     atol = 1e-2,
 )
 """
         )
+    return build_file
+
+
+def step_resnet() -> None:
+    """ResNet-18 as a TensorRT package: a full build, then new weights (the model_weights
+    target's seed 18 -> 19) and a weights-only build; the ratio issue 29 asks for."""
+    target = "resnet_trt_pt2"
+    build_file = resnet_package(target, 'backend = "tensorrt",')
     code, seconds, events = kiln_build(target, f"first-{target}")
     first = actions_of(events)
     ran = sum(a["seconds"] for a in first.values())
@@ -619,23 +626,8 @@ aoti_package(
 def step_resnet_cuda() -> None:
     """ResNet-18 as a CUDA inductor package, beside `resnet`'s TensorRT one: the load-time
     comparison issue 29 asks for is of the same model's two packages."""
-    workspace()
-    build_file = WS / "models" / "BUILD"
     target = "resnet_cuda_pt2"
-    if f'name = "{target}"' not in build_file.read_text():
-        build_file.write_text(
-            build_file.read_text()
-            + f"""
-aoti_package(
-    name = "{target}",
-    model = ":resnet",
-    device = "cuda",
-    cpu_target = "native",
-    rtol = 1e-2,
-    atol = 1e-2,
-)
-"""
-        )
+    resnet_package(target, "")
     code, seconds, events = kiln_build(target, f"first-{target}")
     summary = ", ".join(f"{m} {a['seconds']} s" for m, a in actions_of(events).items())
     report("PASS" if code == 0 else "FAIL", f"build {target}", f"{seconds:.1f} s ({summary})")
