@@ -327,6 +327,7 @@ CODE = {
         "kiln/actions/tensorrt/settings.py",
         "kiln/actions/toolchain_paths.py",
         "kiln/actions/torch_export.py",
+        "kiln/actions/torchtrt_runtime.py",
         "kiln/actions/torchvision_cpu.py",
         "kiln/actions/weights_split.py",
         "kiln/cpu_isa.py",
