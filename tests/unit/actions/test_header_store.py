@@ -4,6 +4,8 @@ own folder, written only by kiln's header maker from a request it checks (issue 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +77,102 @@ def test_the_maker_refuses_a_request_naming_a_path_a_program_or_a_flag(
     change: dict[str, Any],
 ) -> None:
     assert not header_maker.valid({**REQUEST, **change})
+
+
+class _Builder:
+    """inductor's CppBuilder as _worker_compile_cpp sees it: a target, built if missing."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+
+    def get_target_file_path(self) -> str:
+        return str(self.target)
+
+
+def _inductor(monkeypatch: pytest.MonkeyPatch, own: Path, compiled: list[str]) -> Any:
+    """torch's codecache with a _precompile_header that names <own>/<NAME> and compiles it
+    through _worker_compile_cpp, as torch's does; `compiled` lists what the action built."""
+    from torch._inductor import codecache
+
+    def worker_compile(lock_path: str, builders: Any) -> None:
+        for builder in builders:
+            if not Path(builder.get_target_file_path()).exists():
+                compiled.append(builder.get_target_file_path())
+                Path(builder.get_target_file_path()).write_text("the action's own")
+
+    def precompile(header: str, cmd: str, **compile_command: Any) -> str:
+        path = own / REQUEST["name"]
+        path.write_text(f"#include <{header}>\n")
+        codecache._worker_compile_cpp("lock", (_Builder(Path(f"{path}.gch")),))
+        return str(path)
+
+    monkeypatch.setattr(header_store, "_REAL", {})
+    monkeypatch.setattr(codecache, "_precompile_header", precompile)
+    monkeypatch.setattr(codecache, "_worker_compile_cpp", worker_compile)
+    return codecache
+
+
+@pytest.mark.torch
+def test_a_missing_header_is_asked_for_and_the_published_one_linked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, own, replies = tmp_path / "store", tmp_path / "own", tmp_path / "replies"
+    for folder in (store, own, replies):
+        folder.mkdir()
+    requests = tmp_path / "requests.jsonl"
+    compiled: list[str] = []
+    codecache = _inductor(monkeypatch, own, compiled)
+    header_store.ask_for_misses(str(requests), str(replies), store)
+
+    def kiln() -> None:  # the maker publishes it, then kiln answers
+        deadline = time.monotonic() + 30
+        while not (requests.exists() and requests.read_text().endswith("\n")):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        asked = json.loads(requests.read_text())
+        (store / f"{asked['name']}.gch").write_text("the maker's")
+        (store / asked["name"]).write_text("#include <...>\n")
+        (replies / asked["name"]).touch()
+
+    answering = threading.Thread(target=kiln)
+    answering.start()
+    path = codecache._precompile_header(REQUEST["header"], "g++ ...", aot_mode=True)
+    answering.join(30)
+    assert compiled == []  # the action did not make it
+    assert Path(f"{path}.gch").read_text() == "the maker's"
+    assert Path(f"{path}.gch").is_symlink()
+    asked = json.loads(requests.read_text())
+    assert (asked["header"], asked["name"]) == (REQUEST["header"], REQUEST["name"])
+    assert asked["settings"] == {"aot_mode": True}
+
+
+@pytest.mark.torch
+def test_where_nothing_is_published_the_action_makes_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, own, replies = tmp_path / "store", tmp_path / "own", tmp_path / "replies"
+    for folder in (store, own, replies):
+        folder.mkdir()
+    (replies / REQUEST["name"]).touch()  # kiln answered: the maker made nothing
+    compiled: list[str] = []
+    codecache = _inductor(monkeypatch, own, compiled)
+    header_store.ask_for_misses(str(tmp_path / "requests.jsonl"), str(replies), store)
+    path = codecache._precompile_header(REQUEST["header"], "g++ ...", aot_mode=True)
+    assert compiled == [f"{path}.gch"]
+    assert Path(f"{path}.gch").read_text() == "the action's own"
+    # and asks no more once it has the header
+    codecache._precompile_header(REQUEST["header"], "g++ ...", aot_mode=True)
+    assert len((tmp_path / "requests.jsonl").read_text().splitlines()) == 1
+
+
+@pytest.mark.torch
+def test_the_maker_also_makes_the_header_a_cpu_compile_asks_for_next() -> None:
+    also = header_maker.companion(REQUEST)
+    assert also is not None
+    assert also["header"] == "torch/csrc/inductor/cpp_prefix.h"
+    assert also["settings"] == {"aot_mode": True, "device_type": "cpu"}  # no min_optimize
+    assert also["name"] is None  # published under the name it comes out as
+    assert (also["vec_isa"], also["environment"]) == (REQUEST["vec_isa"], REQUEST["environment"])
+    assert header_maker.companion(also) is None
+    cuda = {**REQUEST, "settings": {**REQUEST["settings"], "device_type": "cuda"}}
+    assert header_maker.companion(cuda) is None

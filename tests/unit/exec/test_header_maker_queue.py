@@ -1,6 +1,5 @@
-"""kiln's header maker runs beside the build, not in an action's result: an action that
-had to make a precompiled header itself is done when it is done, and the maker (5-8 s a
-header) publishes it meanwhile; the build waits for it only at its end (Sandboxing).
+"""kiln's header maker makes each precompiled header an action lacks, once a build, while
+the action waits for it (Sandboxing.make_header): the action never makes it too.
 A fake sandbox stands in for the real one: what is checked is the queue, not the maker
 (tests/e2e/test_action_isolation.py runs the real one)."""
 
@@ -45,51 +44,60 @@ def _sandboxing(tmp_path: Path, sandbox: _HeldSandbox) -> Sandboxing:
     return sandboxing
 
 
-def _requests(execroot: Path, text: str) -> Path:
-    (execroot / ".tmp").mkdir(parents=True)
-    requests = execroot / ".tmp" / "pch-requests.jsonl"
-    requests.write_text(text)
-    return requests
+REQUEST = '{"header": "h"}'
 
 
-def test_the_action_does_not_wait_for_the_maker_and_the_build_end_does(tmp_path: Path) -> None:
+def test_an_asking_action_waits_for_its_header_and_the_build_end_for_none(
+    tmp_path: Path,
+) -> None:
     sandbox = _HeldSandbox()
     sandboxing = _sandboxing(tmp_path, sandbox)
     execroot = tmp_path / "execroot" / "a1"
-    sandboxing.make_headers(_requests(execroot, '{"header": "h"}\n'), execroot)
-    assert sandbox.started.wait(30)  # the maker runs while make_headers has returned
-    # the action's execroot may go at once: the maker has the requests in its own folder
-    (execroot / ".tmp" / "pch-requests.jsonl").unlink()
-    closing = threading.Thread(target=sandboxing.close)
-    closing.start()
-    closing.join(0.5)
-    assert closing.is_alive()  # close() waits for the header being made
+    execroot.mkdir(parents=True)
+    asking = threading.Thread(target=sandboxing.make_header, args=(REQUEST, execroot))
+    asking.start()
+    assert sandbox.started.wait(30)
+    asking.join(0.5)
+    assert asking.is_alive()  # the action waits while its header is made
     sandbox.release.set()
-    closing.join(30)
-    assert not closing.is_alive()
-    assert sandbox.requests == ['{"header": "h"}\n']
-    assert [p.name for p in (tmp_path / "execroot").iterdir()] == ["a1"]  # its folder gone
-
-
-def test_the_same_requests_are_made_once_a_build(tmp_path: Path) -> None:
-    sandbox = _HeldSandbox()
-    sandbox.release.set()
-    sandboxing = _sandboxing(tmp_path, sandbox)
-    for name in ("a1", "a2"):
-        execroot = tmp_path / "execroot" / name
-        sandboxing.make_headers(_requests(execroot, '{"header": "h"}\n'), execroot)
-    other = tmp_path / "execroot" / "a3"
-    sandboxing.make_headers(_requests(other, '{"header": "g"}\n'), other)
+    asking.join(30)
+    assert not asking.is_alive()
     sandboxing.close()
-    assert sorted(sandbox.requests) == ['{"header": "g"}\n', '{"header": "h"}\n']
+    assert sandbox.requests == [REQUEST + "\n"]
+    # the maker read its own copy of the request, in a folder it removed
+    assert [p.name for p in (tmp_path / "execroot").iterdir()] == ["a1"]
 
 
-def test_after_ctrl_c_no_more_headers_are_made(tmp_path: Path) -> None:
+def test_a_header_is_made_once_a_build_for_every_action_that_asks(tmp_path: Path) -> None:
+    sandbox = _HeldSandbox()
+    sandboxing = _sandboxing(tmp_path, sandbox)
+    execroots = [tmp_path / "execroot" / name for name in ("a1", "a2", "a3")]
+    for execroot in execroots:
+        execroot.mkdir(parents=True)
+    asking = [
+        threading.Thread(target=sandboxing.make_header, args=(request, execroot))
+        for request, execroot in zip((REQUEST, REQUEST, '{"header": "g"}'), execroots, strict=True)
+    ]
+    for thread in asking:
+        thread.start()
+    assert sandbox.started.wait(30)
+    sandbox.release.set()
+    for thread in asking:
+        thread.join(30)
+    sandboxing.make_header(REQUEST, execroots[0])  # asked again later: answered at once
+    sandboxing.close()
+    assert sorted(sandbox.requests) == ['{"header": "g"}\n', REQUEST + "\n"]
+
+
+def test_after_ctrl_c_no_more_headers_are_made_and_an_asking_action_is_answered(
+    tmp_path: Path,
+) -> None:
     sandbox = _HeldSandbox()
     sandbox.release.set()
     sandboxing = _sandboxing(tmp_path, sandbox)
     sandboxing.stop_making_headers()
     execroot = tmp_path / "execroot" / "a1"
-    sandboxing.make_headers(_requests(execroot, '{"header": "h"}\n'), execroot)
+    execroot.mkdir(parents=True)
+    sandboxing.make_header(REQUEST, execroot)
     sandboxing.close()
     assert sandbox.requests == []

@@ -2,10 +2,11 @@
 
     python -m kiln.actions.header_maker <requests.jsonl>
 
-Run by kiln (exec/sandboxing.py), never by an action, after an action that had to make
-a header itself: in kiln's sandbox, with the store bound writable at $KILN_TORCH_PUBLISH
-and the action's paths everywhere else (/tmp/kiln-torch-tmp, the toolchain links), so
-inductor names and builds the header here exactly as in the action.
+Run by kiln (exec/sandboxing.py), never by an action, on a header a running action asks
+for (exec/header_requests.py) while the action waits: in kiln's sandbox, with the store
+bound writable at $KILN_TORCH_PUBLISH and the action's paths everywhere else
+(/tmp/kiln-torch-tmp, the toolchain links), so inductor names and builds the header
+here exactly as in the action.
 
 A request is data the action wrote, so it is trusted for nothing: the header must be
 one of torch's own (torch/csrc/inductor/...), the settings are inductor's flags
@@ -91,9 +92,28 @@ def _valid_configs(configs: Any) -> bool:
     return True
 
 
+def companion(request: dict[str, Any]) -> dict[str, Any] | None:
+    """The header inductor asks for next, if it asks for another: a CPU compile
+    precompiles its wrapper's header, then its kernels' (cpp_prefix.h) with the same
+    settings but min_optimize (codecache.AotCodeCompiler.compile). Made in the same run,
+    it spares the action a second request and the maker a second start (importing torch
+    is most of a maker's start). Its name is what it comes out as here: a header whose
+    settings differ from the action's is published under a name the action never asks
+    for, which costs a make and changes nothing."""
+    from torch._inductor import codecache
+
+    settings = request["settings"]
+    prefix = codecache._get_cpp_prefix_header(settings.get("device_type", "cpu"))
+    if prefix is None or request["header"] == prefix:
+        return None
+    settings = {k: v for k, v in settings.items() if k != "min_optimize"}
+    return {**request, "header": prefix, "name": None, "settings": settings}
+
+
 def make(request: dict[str, Any], publish: Path) -> bool:
     """Make the header `request` asks for and publish it; False if it came out under
-    another name than the action's (made otherwise: not the action's header)."""
+    another name than the action's (made otherwise: not the action's header). A request
+    naming no header (a companion's) is published under whatever name it comes out as."""
     from torch._inductor import codecache, cpp_builder, cpu_vec_isa
 
     from kiln.actions import isa_compile
@@ -116,9 +136,11 @@ def make(request: dict[str, Any], publish: Path) -> bool:
     )
     real = getattr(codecache._precompile_header, "__wrapped__", codecache._precompile_header)
     path = real(request["header"], repr(command.get_command_line()), vec_isa=vec_isa, **settings)
-    if os.path.basename(path) != request["name"]:
+    if request["name"] is not None and os.path.basename(path) != request["name"]:
         return False
     target = publish / header_store.PUBLISHED
+    if (target / os.path.basename(path)).exists():  # published before: linked, not made
+        return True
     target.mkdir(parents=True, exist_ok=True)
     for file in (f"{path}.gch", path):  # the compiled header first: see the module's doc
         staged = target / f".{os.path.basename(file)}.{os.getpid()}"
@@ -145,6 +167,11 @@ def main(argv: list[str]) -> int:
     environment = requests[0]["environment"]
     os.environ.update(environment)
     temp_state.pin_temp_dirs()
+    # What is published already is linked, so that inductor makes none of it again (a
+    # companion the action has, or one another maker published meanwhile).
+    header_store.link_store(
+        publish / header_store.PUBLISHED, temp_state.shared_dir() / header_store.HEADERS
+    )
     made = 0
     for request in requests:
         if request["environment"] != environment:
@@ -154,6 +181,9 @@ def main(argv: list[str]) -> int:
 
             with config.patch(request["configs"]):
                 made += make(request, publish)
+                also = companion(request)
+                if also is not None:
+                    make(also, publish)
     print(f"published {made} of {len(requests)} precompiled headers")
     return 0
 

@@ -16,13 +16,18 @@ Now (a sandboxed action, $KILN_TORCH_STORE set by the executor):
 Inductor looks its header up in the action's folder, at the path main used, so
 a package names the same path whether the header was there or not: a hit is a
 link, used as it is (no copy, no hash: the store is read-only, so what lies
-there is what kiln's header maker published); a miss is made in the action's
-own folder, as inductor always does, and recorded in $KILN_PCH_REQUESTS. After
-the action kiln runs its own header maker (actions/header_maker.py) on those
-requests, which makes each header again from its flags alone, outside any
-action, and publishes it: nothing an action writes reaches the store.
-Without the sandbox ($KILN_TORCH_STORE unset) actions share the disk cache's
-folder itself, as --nosandbox shares everything else.
+there is what kiln's header maker published). On a miss the action asks kiln
+for the header and waits (ask_for_misses): it appends a request to
+$KILN_PCH_REQUESTS, kiln, which watches that file while the action runs
+(exec/header_requests.py), has its header maker (actions/header_maker.py) make
+the header from the request's settings alone, outside any action, and publish
+it, then answers in $KILN_PCH_REPLIES; the action links what was published. So
+each header is made once, by the maker, and nothing an action writes reaches
+the store. Only where the maker made nothing (it failed, or made the header
+under another name: not the action's) does the action make its own, in its own
+folder, as inductor always does. Without the sandbox ($KILN_TORCH_STORE unset)
+actions share the disk cache's folder itself, as --nosandbox shares everything
+else.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +45,7 @@ from typing import Any
 # strings, pinned by a test).
 STORE_ENV = "KILN_TORCH_STORE"
 REQUESTS_ENV = "KILN_PCH_REQUESTS"
+REPLIES_ENV = "KILN_PCH_REPLIES"
 HEADERS = "precompiled_headers"  # the action's own folder: the path packages name
 # The store's folder: not the one actions wrote before issue 20 (which a genrule may have
 # rewritten), so nothing made before the header maker is ever taken from it.
@@ -71,8 +79,9 @@ def link_store(store: Path, own: Path) -> None:
                 link.symlink_to(store / file)
 
 
-# torch's own _precompile_header (functools.cache'd), kept at the first patch.
-_REAL: dict[str, Callable[..., str]] = {}
+# torch's own _precompile_header (functools.cache'd) and _worker_compile_cpp, kept at the
+# first patch.
+_REAL: dict[str, Callable[..., Any]] = {}
 
 
 # inductor's settings that reach a header's compile flags (cpp_builder), which a request
@@ -110,37 +119,54 @@ def current_configs() -> dict[str, Any]:
 ISA_ENVIRONMENT = ("TORCHINDUCTOR_CPP_MARCH", "ATEN_CPU_CAPABILITY")
 
 
-def record_misses(requests: str) -> None:
-    """Have inductor's _precompile_header note each header it had to make (not a link to
-    the store) in `requests`, one JSON line each, for kiln's header maker."""
+# How long an action waits for kiln's answer before it makes the header itself: the
+# maker's own bound (exec/sandboxing.py) and a queue of a few headers before it.
+ANSWER_TIMEOUT = 900.0
+_POLL = 0.05
+
+# What the header being precompiled is, for the compile step that names it.
+_asking = threading.local()
+
+
+def ask_for_misses(requests: str, replies: str, store: Path) -> None:
+    """Have inductor ask kiln for each precompiled header it lacks, and wait for the
+    answer, before it would compile the header itself (module doc)."""
     from torch._inductor import codecache
 
     real = _REAL.setdefault("precompile", codecache._precompile_header)
+    real_compile = _REAL.setdefault("compile", codecache._worker_compile_cpp)
 
     @functools.wraps(real)
     def precompile(header: str, hashable_cmd_line: str, **compile_command: Any) -> str:
-        path = real(header, hashable_cmd_line, **compile_command)
-        compiled = f"{path}.gch"
-        if not os.path.lexists(compiled):  # a worker's later action: its /tmp is new
-            real.cache_clear()  # type: ignore[attr-defined]
+        _asking.header = (header, compile_command)
+        try:
             path = real(header, hashable_cmd_line, **compile_command)
-            compiled = f"{path}.gch"
-        if os.path.isfile(compiled) and not os.path.islink(compiled):
-            _note(requests, header, os.path.basename(path), compile_command)
-        return path
+            if not os.path.lexists(f"{path}.gch"):  # a worker's later action: its /tmp is new
+                real.cache_clear()  # type: ignore[attr-defined]
+                path = real(header, hashable_cmd_line, **compile_command)
+            return str(path)
+        finally:
+            _asking.header = None
+
+    @functools.wraps(real_compile)
+    def compile_cpp(lock_path: str, builders: Any, *args: Any, **kwargs: Any) -> Any:
+        asking: tuple[str, dict[str, Any]] | None = getattr(_asking, "header", None)
+        for builder in builders:
+            target = builder.get_target_file_path()
+            if asking and target.endswith(".h.gch") and not os.path.lexists(target):
+                name = os.path.basename(target)[: -len(".gch")]
+                if _ask(requests, replies, _request(asking[0], name, asking[1])):
+                    link_store(store, Path(os.path.dirname(target)))
+        return real_compile(lock_path, builders, *args, **kwargs)
 
     codecache._precompile_header = precompile  # type: ignore[assignment]
+    codecache._worker_compile_cpp = compile_cpp  # type: ignore[assignment]
 
 
-def _note(
-    requests: str,
-    header: str,
-    name: str,
-    compile_command: dict[str, Any],
-) -> None:
+def _request(header: str, name: str, compile_command: dict[str, Any]) -> dict[str, Any]:
     settings = {k: compile_command[k] for k in REQUEST_SETTINGS if k in compile_command}
     vec_isa = compile_command.get("vec_isa")
-    request = {
+    return {
         "header": header,
         "name": name,
         "settings": settings,
@@ -148,5 +174,16 @@ def _note(
         "environment": {k: os.environ[k] for k in ISA_ENVIRONMENT if k in os.environ},
         "configs": current_configs(),
     }
+
+
+def _ask(requests: str, replies: str, request: dict[str, Any]) -> bool:
+    """Append `request` and wait for kiln's answer; False if none came in time."""
+    answer = os.path.join(replies, request["name"])
     with open(requests, "a", encoding="utf-8") as file:
         file.write(json.dumps(request, sort_keys=True) + "\n")
+    deadline = time.monotonic() + ANSWER_TIMEOUT
+    while not os.path.lexists(answer):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(_POLL)
+    return True

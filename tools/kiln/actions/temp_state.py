@@ -141,8 +141,10 @@ def pin_temp_dirs() -> None:
     codecache._HEADER_DIR = str(shared / header_store.HEADERS)
     codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
     if store:
-        header_store.link_store(Path(store) / header_store.PUBLISHED, shared / header_store.HEADERS)
+        published = Path(store) / header_store.PUBLISHED
+        header_store.link_store(published, shared / header_store.HEADERS)
         requests = os.environ.get(header_store.REQUESTS_ENV)
-        if requests:
-            header_store.record_misses(requests)
+        replies = os.environ.get(header_store.REPLIES_ENV)
+        if requests and replies:
+            header_store.ask_for_misses(requests, replies, published)
     toolchain_paths.pin(shared)

@@ -12,6 +12,7 @@ The action cache and kiln-out/ are the caller's: this module stores blobs, never
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from kiln.action_graph import PYTHON_INTERPRETER, Action
 from kiln.cache.action_cache import ActionResult, OutputFile
 from kiln.cache.cas import ContentStore
 from kiln.cache.digest import Digest
+from kiln.exec.header_requests import HeaderRequests
 from kiln.exec.outcome import Failure, Source
 from kiln.exec.spawn import Spawner, SpawnRequest, SpawnResult
 
@@ -30,11 +32,14 @@ VERBOSE_FAILURES_ENV = "KILN_VERBOSE_FAILURES"
 # What kiln.actions.temp_state reads for torch's state (the same string as sandboxing's).
 TORCH_TMP_ENV = "KILN_TORCH_TMP"
 # Only in a sandbox: the read-only store of torch's precompiled headers, and where the
-# action notes those it had to make (actions/header_store.py: the same strings).
+# action asks kiln for those it lacks and reads the answers (actions/header_store.py:
+# the same strings; exec/header_requests.py serves them).
 TORCH_STORE_ENV = "KILN_TORCH_STORE"
 SANDBOXED_TORCH_STORE = "/tmp/kiln-torch-store"
 PCH_REQUESTS_ENV = "KILN_PCH_REQUESTS"
+PCH_REPLIES_ENV = "KILN_PCH_REPLIES"
 PCH_REQUESTS = "pch-requests.jsonl"
+PCH_REPLIES = "pch-replies"
 
 
 class ExecrootMaker(Protocol):
@@ -66,9 +71,10 @@ class Machine:
     interrupted: Callable[[], bool] = lambda: False
     # Blobs of generated inputs an action wrote through: they may be damaged.
     forget: Callable[[Mapping[str, Digest]], None] = lambda digests: None
-    # kiln's header maker, on the headers a sandboxed action noted (requests, execroot):
-    # sandboxing.make_headers.
-    make_headers: Callable[[Path, Path], None] = lambda requests, execroot: None
+    # kiln's header maker, on one header a running sandboxed action asks for (the request
+    # line, the action's execroot), returning once it is published or cannot be:
+    # sandboxing.make_header. None: actions make the headers they lack themselves.
+    make_header: Callable[[str, Path], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -112,27 +118,30 @@ def run_in_execroot(
         env = dict(action.env)
         env.setdefault("TMPDIR", str(root / ".tmp"))
         env.update(job.env)
+        headers: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
         if action.argv[:1] == (PYTHON_INTERPRETER,):  # torch's state: actions/temp_state.py
             env.setdefault(TORCH_TMP_ENV, machine.torch_tmp(spawner.sandboxed))
             if spawner.sandboxed:
                 env.setdefault(TORCH_STORE_ENV, SANDBOXED_TORCH_STORE)
-                env.setdefault(PCH_REQUESTS_ENV, str(root / ".tmp" / PCH_REQUESTS))
+                if machine.make_header is not None:
+                    headers = _serve_headers(root, env, machine.make_header)
         before = files.input_stats(root, job.inputs)
-        run = spawner.spawn(
-            SpawnRequest(
-                job.argv,
-                env,
-                root,
-                stdout,
-                stderr,
-                job.timeout,
-                action.resources,
-                outputs=action.outputs,
-                inputs=tuple(job.inputs),
-                platform=action.platform,
-                description=action.describe(),
+        with headers:
+            run = spawner.spawn(
+                SpawnRequest(
+                    job.argv,
+                    env,
+                    root,
+                    stdout,
+                    stderr,
+                    job.timeout,
+                    action.resources,
+                    outputs=action.outputs,
+                    inputs=tuple(job.inputs),
+                    platform=action.platform,
+                    description=action.describe(),
+                )
             )
-        )
         lane = run.lane or lane
         modified = files.modified_inputs(before, files.input_stats(root, job.inputs))
         if modified:
@@ -149,9 +158,6 @@ def run_in_execroot(
         if not run.succeeded:
             message = run.failure_message + files.full_disk_note(root)
             return Ran(run.source, lane, failure=Failure(message, text), ended=run)
-        requests = root / ".tmp" / PCH_REQUESTS
-        if spawner.sandboxed and requests.is_file():
-            machine.make_headers(requests, root)
         if claim is not None and not claim():
             return Ran(None, lane, failure=Failure("the remote run finished first"), ended=run)
         missing = files.missing_outputs(root, action)
@@ -172,6 +178,19 @@ def run_in_execroot(
         return Ran(run.source, lane, result, printed=files.read_text(stdout), ended=run)
     finally:
         machine.execroots.release(root)
+
+
+def _serve_headers(
+    root: Path, env: dict[str, str], make_header: Callable[[str, Path], None]
+) -> HeaderRequests:
+    """kiln's answers to the action's requests for precompiled headers, while it runs."""
+    requests, replies = root / ".tmp" / PCH_REQUESTS, root / ".tmp" / PCH_REPLIES
+    env.setdefault(PCH_REQUESTS_ENV, str(requests))
+    env.setdefault(PCH_REPLIES_ENV, str(replies))
+    try:
+        return HeaderRequests(requests, replies, lambda line: make_header(line, root))
+    except OSError as error:
+        raise RunFailed(f"cannot prepare its execroot: {os_error(error)}") from None
 
 
 def _store(

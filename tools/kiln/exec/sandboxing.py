@@ -15,7 +15,7 @@ Besides an action's own files, a sandbox shows the toolchain (view.py: the
 system directories and the interpreter's, the Python environments), all
 read-only, and at /tmp/kiln-torch-store the disk cache's torch state
 (layout.DiskCache.torch_tmp), read-only too: torch's precompiled headers, which
-only kiln's header maker writes (make_headers; actions/header_store.py). Each
+only kiln's header maker writes (make_header; actions/header_store.py). Each
 action's torch folder is its own, /tmp/kiln-torch-tmp in its private /tmp: a
 fixed path, the same for every user and machine, which packages embed
 (actions/inductor_cache.py). Without the sandbox, actions get the disk cache's
@@ -24,14 +24,14 @@ folder itself, per user, and write it as inductor does.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
-import hashlib
 import os
 import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -79,9 +79,9 @@ class Sandboxing:
         self._lock = threading.Lock()
         self._decided = False
         self._sandbox: Sandbox | None = None
-        # the header maker's queue (make_headers): one at a time, each request set once
+        # the header maker's queue (make_header): one at a time, each request once a build
         self._makers: ThreadPoolExecutor | None = None
-        self._asked: set[str] = set()
+        self._made: dict[str, Future[None]] = {}
         self._closing = False
         self._store_lock: int | None = None  # the torch store's in-use lock, held shared
         self._store_guard = threading.Lock()
@@ -107,33 +107,32 @@ class Sandboxing:
         """The torch state's path as the action sees it."""
         return SANDBOXED_TORCH_TMP if sandboxed else str(self._disk_cache.torch_tmp)
 
-    def make_headers(self, requests: Path, execroot: Path) -> None:
-        """Have kiln's header maker make the precompiled headers a sandboxed action had to
-        make itself (`requests`, in its execroot) and publish them into the read-only
-        store: in the background, so that the action's result does not wait the 5-8 s a
-        header takes (it made its own); close() waits for what is still being made. Best
-        effort: a header it cannot make is made again by the next action that needs it.
-        The same requests (actions of one compile setting) are made once a build."""
+    def make_header(self, request: str, execroot: Path) -> None:
+        """Have kiln's header maker make the precompiled header a running sandboxed action
+        asks for (`request`, one line of its requests: exec/header_requests.py) and
+        publish it into the read-only store; return when it is published or cannot be.
+        One maker at a time, and each request is made once a build: an action asking for
+        one being made waits for that make. Best effort: where nothing is published the
+        action makes the header itself."""
         if self.get() is None:
             return
-        try:
-            asked = requests.read_bytes()
-        except OSError:
-            return
-        digest = hashlib.sha256(asked).hexdigest()
         with self._lock:
-            if digest in self._asked or self._closing:
-                return
-            self._asked.add(digest)
-            if self._makers is None:
-                self._makers = ThreadPoolExecutor(1, thread_name_prefix="kiln-header-maker")
-            makers = self._makers
-        # A folder of the maker's own beside the action's execroot, which is removed
-        # once the action's outputs are stored: the maker reads only the requests.
-        scratch = Path(tempfile.mkdtemp(prefix=".header-maker-", dir=execroot.parent))
-        (scratch / ".tmp").mkdir()
-        (scratch / ".tmp" / requests.name).write_bytes(asked)
-        makers.submit(self._make_headers, scratch / ".tmp" / requests.name, scratch)
+            made = self._made.get(request)
+            if made is None:
+                if self._closing:
+                    return
+                if self._makers is None:
+                    self._makers = ThreadPoolExecutor(1, thread_name_prefix="kiln-header-maker")
+                # A folder of the maker's own beside the action's execroot: the maker
+                # reads only the request, never what the action can write.
+                scratch = Path(tempfile.mkdtemp(prefix=".header-maker-", dir=execroot.parent))
+                (scratch / ".tmp").mkdir()
+                requests = scratch / ".tmp" / "pch-requests.jsonl"
+                requests.write_text(request + "\n", encoding="utf-8")
+                made = self._makers.submit(self._make_headers, requests, scratch)
+                self._made[request] = made
+        with contextlib.suppress(Exception):  # cancelled by Ctrl-C: the action makes its own
+            made.result()
 
     def _make_headers(self, requests: Path, scratch: Path) -> None:
         sandbox = self.get()

@@ -135,7 +135,7 @@ class Host:
             sandboxing.torch_tmp,
             interrupted=lambda: self.interrupted,
             forget=self._forget_generated,
-            make_headers=sandboxing.make_headers,
+            make_header=sandboxing.make_header,
         )
 
     def job(self, work: Work) -> Job:

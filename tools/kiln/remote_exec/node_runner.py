@@ -149,7 +149,7 @@ def _run_in(
         execroots,
         machine.sandboxing.torch_tmp,
         forget=execroots.forget,
-        make_headers=machine.sandboxing.make_headers,
+        make_header=machine.sandboxing.make_header,
     )
     try:
         ran = run_in_execroot(job, machine.spawner(action), place)
