@@ -38,7 +38,7 @@ AotiPackage (which writes the manifest). Validation as above.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kiln.rule_api import (
     DEFAULT_CPU_TARGET,
@@ -77,6 +77,9 @@ from kiln.rules.aoti import aoti_loader, aoti_windows
 from kiln.rules.model.torch_model import TorchModelInfo
 from kiln.rules.tensorrt.trt_toolchain import TENSORRT
 from pydantic import Field, JsonValue
+
+if TYPE_CHECKING:
+    from kiln.windows_specs import WindowsTorch
 
 # The standard and the TensorRT-RTX flavours of Torch-TensorRT install under different names.
 TRT_DISTRIBUTIONS = ("torch_tensorrt", "torch_tensorrt_rtx")
@@ -327,6 +330,7 @@ class _Actions:
         memory_mb: int,
         *,
         extra_packages: tuple[str, ...] = (),
+        windows_torch: WindowsTorch | None = None,
     ) -> None:
         self.ctx.actions.run_python(
             mnemonic=mnemonic,
@@ -340,6 +344,7 @@ class _Actions:
             platform=self.platform,
             resources=Resources(cpu=1, gpu=self.gpu, memory_mb=memory_mb),
             supports_workers=True,
+            windows_torch=windows_torch,
         )
 
     def compile_and_join(
@@ -351,6 +356,7 @@ class _Actions:
         compile_spec: Callable[[str, str], Spec],
         form: WeightsForm,
         provenance: Provenance,
+        windows_torch: WindowsTorch | None = None,
     ) -> File:
         """AotiCompile of the structure by `module` (its spec made from the program's and the
         layout's paths), then AotiJoin of the weights: the .pt2 (Linux and Windows alike)."""
@@ -359,7 +365,15 @@ class _Actions:
         layout = ctx.declare_file(f"{name}.layout.json")
         spec = ctx.declare_file(f"{name}.compile.json")
         ctx.actions.write_spec(spec, compile_spec(program.path, layout.path))
-        self.run("AotiCompile", module, spec, [structure], [program, layout], ctx.attrs.memory_mb)
+        self.run(
+            "AotiCompile",
+            module,
+            spec,
+            [structure],
+            [program, layout],
+            ctx.attrs.memory_mb,
+            windows_torch=windows_torch,
+        )
         package = ctx.declare_file(f"{name}.pt2")
         join_spec = ctx.declare_file(f"{name}.join.json")
         ctx.actions.write_spec(

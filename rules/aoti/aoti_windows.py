@@ -102,6 +102,7 @@ def compile_and_join(
             windows_torch=WINDOWS_TORCH,
         ),
         form="packaged",
+        windows_torch=WINDOWS_TORCH,
         provenance=Provenance(
             target=ctx.label,
             model=model.label,
@@ -191,5 +192,6 @@ def validate(
         [report],
         2000,
         extra_packages=("safetensors",),
+        windows_torch=WINDOWS_TORCH,
     )
     return report

@@ -141,6 +141,7 @@ KILN_PY = {
     "kiln/rules/testing/test_suite.py": "rules/testing/test_suite.py",
     "kiln/test_results.py": "tools/kiln/test_results.py",
     "kiln/windows_specs.py": "tools/kiln/windows_specs.py",
+    "kiln/windows_torch_libs.py": "tools/kiln/windows_torch_libs.py",
 }
 
 # Per kiln module an action runs: the import paths of the files it imports.
@@ -431,6 +432,7 @@ CODE = {
         "kiln/actions/windows/torch_libs.py",
         "kiln/cpu_isa.py",
         "kiln/windows_specs.py",
+        "kiln/windows_torch_libs.py",
     ],
     "kiln.actions.windows.validate": [
         "kiln/__init__.py",
@@ -452,6 +454,7 @@ CODE = {
         "kiln/cpu_isa.py",
         "kiln/fork_server.py",
         "kiln/windows_specs.py",
+        "kiln/windows_torch_libs.py",
     ],
 }
 

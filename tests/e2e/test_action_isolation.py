@@ -205,7 +205,8 @@ def test_a_package_compiles_from_an_export_the_cache_holds_whose_outputs_a_libra
 # so inductor made it again from the rewritten text): another workspace's next compile,
 # under a clean key, then built the genrule's text into its package (here: an #error).
 # Now the disk cache's folder is the read-only store (/tmp/kiln-torch-store), and the
-# fixed path each action's own.
+# fixed path each action's own. The Windows torch libraries, which a genrule could write
+# until kiln unpacked them itself, are read-only too (there and in the store).
 POISON = """
 genrule(
     name = "poison",
@@ -215,7 +216,9 @@ genrule(
     + "(echo '#error poisoned by a genrule' > $$h && rm -f $$h.gch) 2>/dev/null "
     + "&& echo rewrote $$h >> $@; done; "
     + "for l in /tmp/kiln-torch-tmp/toolchain/* /tmp/kiln-torch-store/toolchain/*; do "
-    + "ln -sfn /nonexistent $$l 2>/dev/null && echo relinked $$l >> $@; done; touch $@",
+    + "ln -sfn /nonexistent $$l 2>/dev/null && echo relinked $$l >> $@; done; "
+    + "for d in /tmp/kiln-torch-tmp/windows-torch /tmp/kiln-torch-store/windows-libs; do "
+    + "touch $$d/poison 2>/dev/null && echo wrote into $$d >> $@; done; touch $@",
 )
 """
 TINY = """

@@ -214,7 +214,10 @@ def test_the_loader_built_with_mingw_refuses_a_wrong_shape_under_wine(
          str(loader / "mlp_win_loader_run.c"), str(loader / "mlp_win_loader.c")],
         check=True,
     )  # fmt: skip
-    (lib,) = (built.workspace.root.parent / "cache").glob("**/windows-torch/*/torch/lib")
+    # kiln unpacked them (windows-libs), not an action (windows-torch: the sandbox shows
+    # kiln's folder there, read-only)
+    assert not list((built.workspace.root.parent / "cache").glob("**/windows-torch/*"))
+    (lib,) = (built.workspace.root.parent / "cache").glob("**/windows-libs/*/torch/lib")
     for dll in lib.glob("*.dll"):
         (tmp_path / dll.name).symlink_to(dll)
     shutil.copy(built.workspace.root / "kiln-out/models/mlp_win.pt2", tmp_path / "mlp_win.pt2")

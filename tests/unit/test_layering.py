@@ -24,6 +24,8 @@ LEAVES = (
     "kiln.file_io",  # the user's text files read without hanging; OSErrors that name a file
     "kiln.process_tree",  # what an action left running, found and killed (subreaper)
     "kiln.test_results",  # a test run's record, JUnit XML: the runner writes, kiln test reads
+    # the Windows torch libraries fetched and unpacked: by kiln's executor or by the action
+    "kiln.windows_torch_libs",
 )
 RECORDS = (
     "kiln.action_specs",
@@ -64,6 +66,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "kiln.windows_specs",
         "kiln.test_results",
         "kiln.model_test_specs",
+        "kiln.windows_torch_libs",
     ),
     # TensorRT's actions build on the torch actions' helpers; no torch action imports them,
     # so a change here never touches a CPU action's key (kiln.code_digest)

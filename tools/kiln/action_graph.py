@@ -16,6 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kiln.windows_specs import WindowsTorch
 
 GENERATED_ROOT = "kiln-out"
 
@@ -110,6 +114,10 @@ class Action:
     # what loading it imports instead: ActionFactory.run_python's `needs`).
     # None: not run by the toolchain's Python (a genrule, a file write).
     python_env: tuple[PythonPackage, ...] | None = None
+    # The Windows torch libraries a cross build links and runs with (its spec names the
+    # same wheel, which is what keys it): kiln unpacks them before a sandboxed action runs,
+    # read-only to it (kiln.actions.windows.torch_libs). Not in the key.
+    windows_torch: WindowsTorch | None = field(default=None, compare=False)
     # Run even where a result is cached (`kiln test --nocache_test_results`); the result
     # is stored all the same. Not in the key: asking for a fresh run changes no result.
     uncached: bool = field(default=False, compare=False)

@@ -2,12 +2,13 @@
 
 The code of a module is its source file, the kiln modules it imports (every
 `import kiln...` and `from kiln... import ...`, in functions too, found by
-parsing), their packages' `__init__.py`, transitively, and the data files a
-module declares it reads (`__data_files__ = ("rules/*/templates/*.j2",)`, globs
-relative to the kiln package). Nothing is hand-listed, so nothing is
-forgotten: a new helper module is found through the import that uses it. A
-root ending in `.*` stands for every module of that package and its subpackages
-(the rule catalogue imports its modules by name).
+parsing, but none under `if TYPE_CHECKING:`, which never runs), their packages'
+`__init__.py`, transitively, and the data files a module declares it reads
+(`__data_files__ = ("rules/*/templates/*.j2",)`, globs relative to the kiln
+package). Nothing is hand-listed, so nothing is forgotten: a new helper module
+is found through the import that uses it. A root ending in `.*` stands for every
+module of that package and its subpackages (the rule catalogue imports its
+modules by name).
 
     CodeStamp.of(roots)        the files and their stat data; `is_current()` costs
                                a stat per file. For caches of kiln's own work (the
@@ -61,7 +62,18 @@ def _scan(module: str, path: Path) -> tuple[tuple[str, ...], tuple[Path, ...]]:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: list[str] = []
     data: list[Path] = []
+    # Imports under `if TYPE_CHECKING:` never run: names for annotations only, as the
+    # layering test reads them too (tests/unit/test_layering.py).
+    annotations_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and _is_type_checking(node.test)
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
     for node in ast.walk(tree):
+        if id(node) in annotations_only:
+            continue
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -76,6 +88,14 @@ def _scan(module: str, path: Path) -> tuple[tuple[str, ...], tuple[Path, ...]]:
                 data += sorted(p for p in KILN_ROOT.glob(pattern) if p.is_file())
     kiln = tuple(dict.fromkeys(n for n in names if n == "kiln" or n.startswith("kiln.")))
     return kiln, tuple(data)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    import ast
+
+    if isinstance(test, ast.Name):
+        return test.id == "TYPE_CHECKING"
+    return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
 
 
 def _absolute(node: ast.ImportFrom, package: str) -> str:

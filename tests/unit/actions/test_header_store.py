@@ -21,12 +21,6 @@ def test_the_executor_the_sandbox_and_the_actions_name_the_same_strings() -> Non
     assert header_maker.PUBLISH_ENV == sandboxing.TORCH_PUBLISH_ENV
 
 
-def test_the_sandbox_binds_the_windows_libraries_where_the_action_unpacks_them() -> None:
-    from kiln.actions.windows import torch_libs
-
-    assert torch_libs.WINDOWS_TORCH == sandboxing.WINDOWS_TORCH
-
-
 def test_an_action_links_each_published_header_and_nothing_half_published(
     tmp_path: Path,
 ) -> None:

@@ -35,9 +35,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kiln import windows_torch_libs as torch_libs
+from kiln.errors import KilnError
 from kiln.layout import DiskCache, OutputBase
 
 if TYPE_CHECKING:
+    from kiln.action_graph import Action
     from kiln.sandbox.client import Sandbox
 
 # Where a sandboxed action finds the torch state; and the variable that tells it
@@ -51,7 +54,6 @@ SANDBOXED_TORCH_PUBLISH = "/tmp/kiln-torch-publish"
 TORCH_STORE_ENV = "KILN_TORCH_STORE"
 TORCH_PUBLISH_ENV = "KILN_TORCH_PUBLISH"
 IN_USE_LOCK = ".in-use.lock"  # actions/temp_state.py: held shared by its users
-WINDOWS_TORCH = "windows-torch"  # actions/windows/torch_libs.py: the same name
 _MAKER_TIMEOUT = 600.0  # seconds; a header takes 5-8 s, a hung maker must not hang the build
 
 
@@ -106,6 +108,27 @@ class Sandboxing:
     def torch_tmp(self, sandboxed: bool) -> str:
         """The torch state's path as the action sees it."""
         return SANDBOXED_TORCH_TMP if sandboxed else str(self._disk_cache.torch_tmp)
+
+    def windows_torch(self, action: Action, find_links: tuple[str, ...] = ()) -> dict[str, str]:
+        """Before `action` runs: the Windows torch libraries it names, unpacked by kiln into
+        the folder the sandbox shows it read-only (actions/windows/torch_libs.py), and the
+        variable that tells it so. Nothing where the build is not sandboxed: the action
+        unpacks them itself, as --nosandbox shares everything else. A KilnError if the
+        wheel cannot be had or unpacked."""
+        if action.windows_torch is None or self.get() is None:
+            return {}
+        torch_tmp = self._disk_cache.torch_tmp
+        try:
+            torch_libs.prepare(action.windows_torch, torch_tmp, dict(action.env), find_links)
+        except torch_libs.Unavailable as error:
+            raise KilnError(error.message, hint=error.hint) from None
+        except OSError as error:
+            where = torch_tmp / torch_libs.PREPARED
+            raise KilnError(
+                f"cannot unpack the Windows torch libraries into {where}: {error.strerror}",
+                hint="free space there, or remove the disk cache's tmp/torch folder",
+            ) from None
+        return {torch_libs.PREPARED_ENV: "1"}
 
     def make_header(self, request: str, execroot: Path) -> None:
         """Have kiln's header maker make the precompiled header a running sandboxed action
@@ -206,7 +229,7 @@ class Sandboxing:
         # action's set-up, a genrule's too ("mount ... on /tmp/kiln-torch-store: No such
         # file or directory", tests/e2e/test_damaged_cache.py).
         self._hold_store(torch_tmp / IN_USE_LOCK)
-        windows = torch_tmp / WINDOWS_TORCH
+        windows = torch_tmp / torch_libs.PREPARED
         windows.mkdir(exist_ok=True)
         # The Python environments of actions with packages (kiln.pyenv) are toolchain
         # too, read-only: made outside the sandbox, before their actions run, in here.
@@ -216,10 +239,9 @@ class Sandboxing:
             toolchain=(*toolchain_dirs(self._hidden), str(environments)),
             binds=(
                 Bind(str(torch_tmp), SANDBOXED_TORCH_STORE),
-                # The Windows torch libraries (actions/windows/torch_libs.py) stay shared and
-                # writable, as before issue 20: unpacked by the actions themselves, they are
-                # not yet made by kiln (the one part of the torch folder still open).
-                Bind(str(windows), f"{SANDBOXED_TORCH_TMP}/{WINDOWS_TORCH}", writable=True),
+                # The Windows torch libraries, which kiln unpacks before an action that names
+                # them (windows_torch), read-only where the action looks them up.
+                Bind(str(windows), f"{SANDBOXED_TORCH_TMP}/{torch_libs.WINDOWS_TORCH}"),
             ),
             staging=str(self._output_base.sandbox),
             scratch=(str(self._workspace), str(self._output_base.execroot)),

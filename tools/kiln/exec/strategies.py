@@ -144,6 +144,7 @@ class Host:
         worker spawner pools workers by that interpreter, so by environment."""
         env = {VERBOSE_FAILURES_ENV: "1"} if self.settings.verbose_failures else {}
         env.update(cuda_env(work.action.resources.gpu, work.gpus))
+        env.update(self.sandboxing.windows_torch(work.action, self.settings.pip_find_links))
         return Job(
             work.action,
             self._argv(work.action),

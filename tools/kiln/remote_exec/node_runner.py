@@ -45,6 +45,7 @@ from kiln.cache.action_cache import ActionResult
 from kiln.cache.cas import BlobMismatch, ContentStore
 from kiln.cache.digest import Digest
 from kiln.cache.remote_store import RemoteError, RemoteStore
+from kiln.errors import KilnError
 from kiln.exec.execroot import delete
 from kiln.exec.gpu_pool import CUDA_VISIBLE_DEVICES, cuda_env
 from kiln.exec.outcome import Source
@@ -141,8 +142,12 @@ def _run_in(
         argv = (python, *argv[1:])  # its environment's interpreter
     inputs = {item.path: Digest(item.hash, item.size) for item in task.inputs}
     executable = {item.path for item in task.inputs if item.executable}
-    job = Job(action, argv, inputs, executable, task.timeout, env, node, node)
     machine = _machine_for(worker_root(), task.sandbox)
+    try:
+        env.update(machine.sandboxing.windows_torch(action))
+    except KilnError as error:
+        return TaskResult.failed(node, f"{error.message} (on {node})")
+    job = Job(action, argv, inputs, executable, task.timeout, env, node, node)
     execroots = _OneExecroot(execroot, cas)
     place = Machine(
         cas,

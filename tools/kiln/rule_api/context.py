@@ -32,6 +32,7 @@ from kiln.rule_api.providers import AnalyzedTarget
 
 if TYPE_CHECKING:
     from kiln.rule_api.rule import Rule
+    from kiln.windows_specs import WindowsTorch
 
 A = TypeVar("A", bound=RuleAttrs)
 P = TypeVar("P")
@@ -93,6 +94,7 @@ class ActionFactory:
         resources: Resources,
         supports_workers: bool = True,
         progress_message: str = "",
+        windows_torch: WindowsTorch | None = None,
     ) -> Action:
         """`python -m kiln.actions.<module> <spec>`: the form persistent workers run.
 
@@ -101,7 +103,8 @@ class ActionFactory:
         platform is python_platform(module, packages, python_env), plus `platform`.
         argv[0] is PYTHON_INTERPRETER, a name the executor and the spawner resolve (to
         the environment's interpreter, or this build's), never a path: the key is the
-        same wherever Python is installed.
+        same wherever Python is installed. `windows_torch`: the Windows torch libraries
+        the action links or runs with, which kiln unpacks for it (Action.windows_torch).
 
         `needs`: the action only loads an exported program, and reads of `python_env`
         only what TorchExport's record of the program's needs names
@@ -129,6 +132,7 @@ class ActionFactory:
                 supports_workers=supports_workers,
                 progress_message=progress_message or f"{mnemonic} {self.owner}",
                 python_env=tuple(python_env),
+                windows_torch=windows_torch,
             )
         )
 
