@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,19 +84,37 @@ class _Builder:
         return str(self.target)
 
 
-def _inductor(monkeypatch: pytest.MonkeyPatch, own: Path, compiled: list[str]) -> Any:
+@dataclass(frozen=True)
+class _Asking:
+    """A sandboxed action's view: the store, its own header folder, kiln's answers."""
+
+    store: Path
+    own: Path
+    replies: Path
+    requests: Path
+    compiled: list[str]  # the headers the action made itself
+    codecache: Any
+
+
+def _asking_action(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> _Asking:
     """torch's codecache with a _precompile_header that names <own>/<NAME> and compiles it
-    through _worker_compile_cpp, as torch's does; `compiled` lists what the action built."""
+    through _worker_compile_cpp, as torch's does, patched by ask_for_misses."""
     from torch._inductor import codecache
+
+    action = _Asking(
+        tmp_path / "store", tmp_path / "own", tmp_path / "replies", tmp_path / "req", [], codecache
+    )
+    for folder in (action.store, action.own, action.replies):
+        folder.mkdir()
 
     def worker_compile(lock_path: str, builders: Any) -> None:
         for builder in builders:
             if not Path(builder.get_target_file_path()).exists():
-                compiled.append(builder.get_target_file_path())
+                action.compiled.append(builder.get_target_file_path())
                 Path(builder.get_target_file_path()).write_text("the action's own")
 
     def precompile(header: str, cmd: str, **compile_command: Any) -> str:
-        path = own / REQUEST["name"]
+        path = action.own / REQUEST["name"]
         path.write_text(f"#include <{header}>\n")
         codecache._worker_compile_cpp("lock", (_Builder(Path(f"{path}.gch")),))
         return str(path)
@@ -103,20 +122,16 @@ def _inductor(monkeypatch: pytest.MonkeyPatch, own: Path, compiled: list[str]) -
     monkeypatch.setattr(header_store, "_REAL", {})
     monkeypatch.setattr(codecache, "_precompile_header", precompile)
     monkeypatch.setattr(codecache, "_worker_compile_cpp", worker_compile)
-    return codecache
+    header_store.ask_for_misses(str(action.requests), str(action.replies), action.store)
+    return action
 
 
 @pytest.mark.torch
 def test_a_missing_header_is_asked_for_and_the_published_one_linked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store, own, replies = tmp_path / "store", tmp_path / "own", tmp_path / "replies"
-    for folder in (store, own, replies):
-        folder.mkdir()
-    requests = tmp_path / "requests.jsonl"
-    compiled: list[str] = []
-    codecache = _inductor(monkeypatch, own, compiled)
-    header_store.ask_for_misses(str(requests), str(replies), store)
+    action = _asking_action(tmp_path, monkeypatch)
+    requests, store, replies = action.requests, action.store, action.replies
 
     def kiln() -> None:  # the maker publishes it, then kiln answers
         deadline = time.monotonic() + 30
@@ -130,9 +145,9 @@ def test_a_missing_header_is_asked_for_and_the_published_one_linked(
 
     answering = threading.Thread(target=kiln)
     answering.start()
-    path = codecache._precompile_header(REQUEST["header"], "g++ ...", aot_mode=True)
+    path = action.codecache._precompile_header(REQUEST["header"], "g++ ...", aot_mode=True)
     answering.join(30)
-    assert compiled == []  # the action did not make it
+    assert action.compiled == []  # the action did not make it
     assert Path(f"{path}.gch").read_text() == "the maker's"
     assert Path(f"{path}.gch").is_symlink()
     asked = json.loads(requests.read_text())
@@ -144,19 +159,14 @@ def test_a_missing_header_is_asked_for_and_the_published_one_linked(
 def test_where_nothing_is_published_the_action_makes_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store, own, replies = tmp_path / "store", tmp_path / "own", tmp_path / "replies"
-    for folder in (store, own, replies):
-        folder.mkdir()
-    (replies / REQUEST["name"]).touch()  # kiln answered: the maker made nothing
-    compiled: list[str] = []
-    codecache = _inductor(monkeypatch, own, compiled)
-    header_store.ask_for_misses(str(tmp_path / "requests.jsonl"), str(replies), store)
-    path = codecache._precompile_header(REQUEST["header"], "g++ ...", aot_mode=True)
-    assert compiled == [f"{path}.gch"]
+    action = _asking_action(tmp_path, monkeypatch)
+    (action.replies / REQUEST["name"]).touch()  # kiln answered: the maker made nothing
+    path = action.codecache._precompile_header(REQUEST["header"], "g++ ...", aot_mode=True)
+    assert action.compiled == [f"{path}.gch"]
     assert Path(f"{path}.gch").read_text() == "the action's own"
     # and asks no more once it has the header
-    codecache._precompile_header(REQUEST["header"], "g++ ...", aot_mode=True)
-    assert len((tmp_path / "requests.jsonl").read_text().splitlines()) == 1
+    action.codecache._precompile_header(REQUEST["header"], "g++ ...", aot_mode=True)
+    assert len(action.requests.read_text().splitlines()) == 1
 
 
 @pytest.mark.torch

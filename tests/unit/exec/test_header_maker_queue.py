@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from kiln.exec.sandboxing import Sandboxing
-from kiln.layout import DiskCache, OutputBase
+
+from tests.fake_sandboxing import sandboxing_with
 
 
 class _HeldSandbox:
@@ -31,17 +32,7 @@ class _HeldSandbox:
 
 
 def _sandboxing(tmp_path: Path, sandbox: _HeldSandbox) -> Sandboxing:
-    sandboxing = Sandboxing(
-        True,
-        "python",
-        tmp_path,
-        (),
-        OutputBase(tmp_path / "base"),
-        DiskCache(tmp_path / "cache"),
-        lambda message: None,
-    )
-    sandboxing._decided, sandboxing._sandbox = True, sandbox  # type: ignore[assignment]
-    return sandboxing
+    return sandboxing_with(tmp_path, sandbox)
 
 
 REQUEST = '{"header": "h"}'

@@ -18,8 +18,10 @@ from kiln.actions.errors import ActionError
 from kiln.actions.windows import torch_libs
 from kiln.errors import KilnError
 from kiln.exec.sandboxing import Sandboxing
-from kiln.layout import DiskCache, OutputBase
+from kiln.layout import DiskCache
 from kiln.windows_specs import WindowsTorch
+
+from tests.fake_sandboxing import sandboxing_with
 
 WHEEL = "torch-2.13.0-cp311-cp311-win_amd64.whl"
 
@@ -51,18 +53,7 @@ class _Sandbox:
 
 
 def _sandboxing(tmp_path: Path, sandboxed: bool) -> Sandboxing:
-    sandboxing = Sandboxing(
-        sandboxed,
-        "python",
-        tmp_path,
-        (),
-        OutputBase(tmp_path / "base"),
-        DiskCache(tmp_path / "cache"),
-        lambda message: None,
-    )
-    sandboxing._decided = True
-    sandboxing._sandbox = _Sandbox() if sandboxed else None  # type: ignore[assignment]
-    return sandboxing
+    return sandboxing_with(tmp_path, _Sandbox() if sandboxed else None)
 
 
 def test_kiln_unpacks_the_libraries_an_action_names_before_it_runs(tmp_path: Path) -> None:
