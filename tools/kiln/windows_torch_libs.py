@@ -39,6 +39,8 @@ WINDOWS_TORCH = "windows-torch"
 PREPARED = "windows-libs"
 # Set by the executor where kiln prepares the libraries (a sandboxed action).
 PREPARED_ENV = "KILN_WINDOWS_TORCH_PREPARED"
+# Written last into an unpacked folder: the wheel's version, then every file unpacked.
+COMPLETE = ".complete"
 
 
 class Wheel(Protocol):
@@ -64,10 +66,10 @@ class Unavailable(Exception):
 
 def unpack(torch: Wheel, folder: Path, wheelhouses: tuple[str, ...]) -> Path:
     """torch/lib of `torch` in `folder`, fetched (from `wheelhouses` first) and unpacked
-    there if it is not yet; Unavailable if the wheel cannot be had."""
+    there if it is not yet whole; Unavailable if the wheel cannot be had."""
     root = folder / torch.sha256
     lib = root / "torch" / "lib"
-    if (root / ".complete").exists():
+    if complete(root):
         return lib
     wheel = _wheel(torch, folder, wheelhouses)
     staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=folder))
@@ -75,12 +77,30 @@ def unpack(torch: Wheel, folder: Path, wheelhouses: tuple[str, ...]) -> Path:
         with zipfile.ZipFile(wheel) as archive:
             members = [n for n in archive.namelist() if n.startswith("torch/lib/")]
             archive.extractall(staging, members)
-        (staging / ".complete").write_text(torch.version, encoding="utf-8")
+        files = [n for n in members if not n.endswith("/")]
+        (staging / COMPLETE).write_text("\n".join([torch.version, *files]), encoding="utf-8")
+        if root.exists():  # not whole: move it aside in one step, then remove it
+            with contextlib.suppress(OSError):
+                stale = Path(tempfile.mkdtemp(prefix=".stale-", dir=folder))
+                root.rename(stale / "lib")
         with contextlib.suppress(OSError):  # another one put it there first
             staging.rename(root)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        for stale_dir in folder.glob(".stale-*"):
+            shutil.rmtree(stale_dir, ignore_errors=True)
     return lib
+
+
+def complete(root: Path) -> bool:
+    """Whether `root` holds every file its unpacking listed: the disk cache's GC removes
+    files one by one, least recently used first (cache/gc.py), so a folder can lose a
+    library it once had."""
+    try:
+        _version, *files = (root / COMPLETE).read_text(encoding="utf-8").splitlines()
+    except (OSError, ValueError):
+        return False
+    return bool(files) and all((root / name).is_file() for name in files)
 
 
 def prepare(

@@ -139,7 +139,7 @@ def make(request: dict[str, Any], publish: Path) -> bool:
     if request["name"] is not None and os.path.basename(path) != request["name"]:
         return False
     target = publish / header_store.PUBLISHED
-    if (target / os.path.basename(path)).exists():  # published before: linked, not made
+    if header_store.published(target, os.path.basename(path)):  # linked, not made
         return True
     target.mkdir(parents=True, exist_ok=True)
     for file in (f"{path}.gch", path):  # the compiled header first: see the module's doc
@@ -176,7 +176,7 @@ def main(argv: list[str]) -> int:
     for request in requests:
         if request["environment"] != environment:
             continue
-        if not (publish / header_store.PUBLISHED / request["name"]).exists():
+        if not header_store.published(publish / header_store.PUBLISHED, request["name"]):
             from torch._inductor import config
 
             with config.patch(request["configs"]):

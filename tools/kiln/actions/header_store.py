@@ -63,6 +63,11 @@ REQUEST_SETTINGS = (
 )
 
 
+def published(store: Path, name: str) -> bool:
+    """Whether `store` holds header `name` whole: its .h and its compiled form."""
+    return (store / f"{name}.gch").is_file() and (store / name).is_file()
+
+
 def link_store(store: Path, own: Path) -> None:
     """A link in `own` to each published header of `store` (its .h and .h.gch)."""
     own.mkdir(parents=True, exist_ok=True)
@@ -70,8 +75,11 @@ def link_store(store: Path, own: Path) -> None:
         names = os.listdir(store)
     except OSError:
         return  # nothing published yet
+    present = set(names)
     for name in names:
         if not name.endswith(".h") or name.startswith("."):
+            continue
+        if f"{name}.gch" not in present:  # the disk cache's GC took its compiled form
             continue
         for file in (name, f"{name}.gch"):
             link = own / file

@@ -104,3 +104,19 @@ def test_a_sandboxed_action_only_looks_the_libraries_up(
     lib = torch_libs.lib_dir(torch)
     assert lib == tmp_path / "torch" / "windows-torch" / torch.sha256 / "torch" / "lib"
     assert (lib / "torch_cpu.dll").exists()
+
+
+def test_a_library_the_disk_cache_collected_is_unpacked_again(tmp_path: Path) -> None:
+    torch = _wheel(tmp_path / "wheels")
+    sandboxing = _sandboxing(tmp_path, sandboxed=True)
+    sandboxing.windows_torch(_compile(torch, tmp_path / "wheels"))
+    lib = DiskCache(tmp_path / "cache").torch_tmp / "windows-libs" / torch.sha256 / "torch/lib"
+    (lib / "torch_cpu.dll").unlink()  # the GC goes file by file, least recently used first
+    sandboxing.windows_torch(_compile(torch, tmp_path / "wheels"))
+    assert (lib / "torch_cpu.dll").read_bytes() == b"MZ the library"
+    # nothing left of the damaged folder nor of the unpacking (the wheel came from the
+    # wheelhouse: none in the cache)
+    assert sorted(p.name for p in lib.parents[2].iterdir()) == [
+        torch.sha256,
+        f"{torch.sha256}.lock",
+    ]

@@ -18,7 +18,14 @@ from pathlib import Path
 from kiln.actions.errors import ActionError
 from kiln.actions.temp_state import shared_dir
 from kiln.windows_specs import WindowsTorch
-from kiln.windows_torch_libs import PREPARED_ENV, WHEELHOUSE_ENV, WINDOWS_TORCH, Unavailable, unpack
+from kiln.windows_torch_libs import (
+    PREPARED_ENV,
+    WHEELHOUSE_ENV,
+    WINDOWS_TORCH,
+    Unavailable,
+    complete,
+    unpack,
+)
 
 
 def lib_dir(torch: WindowsTorch) -> Path:
@@ -26,7 +33,7 @@ def lib_dir(torch: WindowsTorch) -> Path:
     folder = shared_dir() / WINDOWS_TORCH
     if os.environ.get(PREPARED_ENV):
         lib = folder / torch.sha256 / "torch" / "lib"
-        if not (folder / torch.sha256 / ".complete").exists():
+        if not complete(folder / torch.sha256):
             raise ActionError(
                 f"the Windows torch libraries (torch=={torch.version} win_amd64) are not "
                 "in the sandbox: kiln unpacks them before the action runs, and did not",
