@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,11 @@ from pathlib import Path
 from tests.kiln_workspace import Workspace
 
 REPO = Path(__file__).resolve().parents[2]
-UUIDS = ("GPU-27000000-smoke-4000-8000-000000000000", "GPU-27000001-smoke-4000-8000-000000000001")
+# The stand-in reads every process of the machine, so its GPUs are this run's alone: with
+# fixed ids, a second suite running this test at the same moment put its processes on
+# these GPUs (seen: --gpus=1's "nvidia-smi" saw both GPUs, two suites at once).
+_RUN = secrets.token_hex(6)
+UUIDS = (f"GPU-27000000-smoke-4000-8000-{_RUN}", f"GPU-27000001-smoke-4000-8000-{_RUN}")
 
 FAKE_SMI = """#!{python}
 import os, sys
