@@ -164,6 +164,7 @@ class Cluster:
         was cancelled) raises TaskLost with Ray's reason.
         """
         self.connect()
+        import grpc  # Ray Client's transport: Ray's own dependency
         import ray
 
         try:
@@ -181,6 +182,9 @@ class Cluster:
                 raise self._lost(error) from None
             raise TaskLost(_first_line(error)) from None
         except (ConnectionError, OSError) as error:
+            raise self._lost(error) from None
+        except grpc.RpcError as error:  # the Ray Client server failed under it (seen:
+            # "Failed to serialize response!" when another cluster took its port)
             raise self._lost(error) from None
         return result
 
