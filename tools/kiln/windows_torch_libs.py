@@ -115,13 +115,18 @@ def prepare(
     time per wheel (a lock beside it), so two builds fetch it once."""
     folder = torch_tmp / PREPARED
     folder.mkdir(parents=True, exist_ok=True)
-    wheelhouses = tuple(p for p in action_env.get(WHEELHOUSE_ENV, "").split(":") if p)
+    wheelhouses = wheelhouses_of(action_env)
     lock = os.open(folder / f"{torch.sha256}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         unpack(torch, folder, (*wheelhouses, *find_links))
     finally:
         os.close(lock)
+
+
+def wheelhouses_of(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The folders $KILN_WINDOWS_WHEELHOUSE names in `env` (colon-separated)."""
+    return tuple(p for p in env.get(WHEELHOUSE_ENV, "").split(":") if p)
 
 
 def _wheel(torch: Wheel, cache: Path, wheelhouses: tuple[str, ...]) -> Path:

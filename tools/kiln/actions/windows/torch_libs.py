@@ -20,11 +20,11 @@ from kiln.actions.temp_state import shared_dir
 from kiln.windows_specs import WindowsTorch
 from kiln.windows_torch_libs import (
     PREPARED_ENV,
-    WHEELHOUSE_ENV,
     WINDOWS_TORCH,
     Unavailable,
     complete,
     unpack,
+    wheelhouses_of,
 )
 
 
@@ -41,8 +41,7 @@ def lib_dir(torch: WindowsTorch) -> Path:
                 "unpack them itself",
             )
         return lib
-    wheelhouses = os.environ.get(WHEELHOUSE_ENV, "").split(":")
     try:
-        return unpack(torch, folder, tuple(p for p in wheelhouses if p))
+        return unpack(torch, folder, wheelhouses_of(os.environ))
     except Unavailable as error:
         raise ActionError(error.message, hint=error.hint) from None
