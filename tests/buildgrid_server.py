@@ -18,11 +18,12 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.loopback_ports import free_port, owns_port
 
 SCRIPT = Path(__file__).resolve().parent.parent / "tools" / "buildgrid.sh"
 # The venv is cached under the real home, whatever HOME a test sets.
@@ -53,19 +54,6 @@ def unavailable_reason() -> str | None:
         if run.returncode != 0:
             return f"tools/buildgrid.sh {step} failed: {run.stderr.strip()[-400:]}"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _stop(process: subprocess.Popen[bytes] | None) -> None:
@@ -104,8 +92,14 @@ class BuildGrid:
         grid = BuildGrid(directory, keepalive=keepalive)
         try:
             grid._start_postgres()
-            grid.port = free_port()
-            grid._start_server()
+            for _ in range(5):  # another process may take the free port first
+                grid.port = free_port()
+                with contextlib.suppress(RuntimeError):
+                    grid._start_server()
+                    break
+                grid.stop_server()
+            else:
+                raise RuntimeError("BuildGrid did not start (see buildgrid.log)")
         except BaseException:
             grid.stop()
             raise
@@ -124,7 +118,7 @@ class BuildGrid:
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 break
-            if _listening(port):
+            if owns_port(process.pid, port):  # not another suite's server on the port
                 return
             time.sleep(0.1)
         log = self.directory / f"{what}.log"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.loopback_ports import free_port, owns_port
 
 SCRIPT = Path(__file__).resolve().parent.parent / "tools" / "nginx_cache.sh"
 
@@ -29,13 +30,6 @@ def ensure_nginx() -> None:
     )
     if run.returncode != 0:
         pytest.fail(f"cannot install nginx for the remote cache tests:\n{run.stderr}")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -60,7 +54,7 @@ class NginxCache:
         ensure_nginx()
         directory.mkdir(parents=True, exist_ok=True)
         for _ in range(5):  # another process may take the free port first
-            server = NginxCache(directory, port or _free_port(), token, keepalive=keepalive)
+            server = NginxCache(directory, port or free_port(), token, keepalive=keepalive)
             server.process = subprocess.Popen(
                 [
                     "bash",
@@ -86,6 +80,9 @@ class NginxCache:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 return False
+            if not owns_port(self.process.pid, self.port):  # not yet, or another's server
+                time.sleep(0.05)
+                continue
             with contextlib.suppress(OSError):
                 conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
                 try:

@@ -29,9 +29,9 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,8 @@ from kiln.exec.platform_match import MachineOffer
 from kiln.host_facts import HostFacts
 from kiln.machine import Gpu
 from kiln.remote_exec.routing import node_labels
+
+from tests.loopback_ports import free_port, owns_port
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_SMI = """#!/bin/sh
@@ -179,13 +181,6 @@ class RayCluster:
 # -- the cluster host: `python -m tests.ray_cluster SPEC` -----------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _children(pid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -197,22 +192,38 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _host(spec_file: Path) -> None:
+def _head(head_cpus: int, tmp: Path) -> tuple[Any, int]:
+    """A cluster of its head alone, and the port of its Ray Client server. The port is
+    chosen free and bound by Ray later: a head whose Ray Client server did not get it
+    (another suite's server took it, and would then answer this suite's drivers) is shut
+    down and started again on another."""
     from ray.cluster_utils import Cluster
 
+    for _ in range(5):
+        port = free_port()
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": head_cpus,
+                "node_ip_address": "127.0.0.1",
+                "ray_client_server_port": port,
+                "include_dashboard": False,
+                "env_vars": {"KILN_WORKER_ROOT": str(tmp / "worker-head")},
+            },
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if owns_port(os.getpid(), port):
+                return cluster, port
+            time.sleep(0.1)
+        cluster.shutdown()
+    raise RuntimeError("the head's Ray Client server never listened on its port")
+
+
+def _host(spec_file: Path) -> None:
     spec = json.loads(spec_file.read_text())
     tmp = spec_file.parent
-    port = _free_port()
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": spec["head_cpus"],
-            "node_ip_address": "127.0.0.1",
-            "ray_client_server_port": port,
-            "include_dashboard": False,
-            "env_vars": {"KILN_WORKER_ROOT": str(tmp / "worker-head")},
-        },
-    )
+    cluster, port = _head(spec["head_cpus"], tmp)
     nodes = {}
     ids = {}
     orphans: set[int] = set()  # processes that outlive the head killed: killed at the end
