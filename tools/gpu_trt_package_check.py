@@ -19,6 +19,8 @@ later call on the same warm machine goes on where the last one stopped):
     resnet   (named only) ResNet-18 as a TensorRT package: full build, then new weights
              (model_weights seed 19) and the weights-only build: the ratio for ResNet
     resnet_cuda  (named only) ResNet-18 as a CUDA inductor package, for the load times
+    rtx_cache  (named only, after resnet) its engine through TensorRT-RTX's own API in fresh
+             processes, without and with a runtime cache: what the cache would save a load
     cxx      the generated C++ loaders of the CUDA and the TensorRT .pt2, built with their
              CMake packages (tools/gpu_pt2_app.cpp), run at min/opt/max against eager and
              at a batch past the range (must be refused)
@@ -302,6 +304,60 @@ module = program.module()
 torch.cuda.synchronize()
 t1 = time.perf_counter()
 print("RESULT " + json.dumps({"torch_tensorrt_load_s": round(t1 - t0, 3)}))
+"""
+
+
+# One fresh process: a package's engine deserialized with TensorRT-RTX's own API, an
+# execution context made (with a runtime cache read from argv[2] when argv[3] is "cache",
+# written back after the call), and two calls at the profile's opt shape. What the cache
+# would save the generated loaders: Torch-TensorRT 2.11's runtime (TRTEngine) makes its
+# context with no runtime config, so a .pt2's engines cannot be given one (docs/gpu.md).
+RTX_CACHE = r"""
+import json, os, sys, time
+import torch
+from kiln.actions.tensorrt.engine_refit import tensorrt_module
+trt = tensorrt_module()
+engine_bytes = open(sys.argv[1], "rb").read()
+t0 = time.perf_counter()
+logger = trt.Logger(trt.Logger.WARNING)
+engine = trt.Runtime(logger).deserialize_cuda_engine(engine_bytes)
+t1 = time.perf_counter()
+config = engine.create_runtime_config()
+cache = None
+if sys.argv[3] == "cache":
+    cache = config.create_runtime_cache()
+    if os.path.exists(sys.argv[2]):
+        cache.deserialize(open(sys.argv[2], "rb").read())
+    config.set_runtime_cache(cache)
+context = engine.create_execution_context(config)
+t2 = time.perf_counter()
+buffers = []
+for i in range(engine.num_io_tensors):
+    name = engine.get_tensor_name(i)
+    if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT:
+        shape = engine.get_tensor_profile_shape(name, 0)[1]
+        context.set_input_shape(name, tuple(shape))
+for i in range(engine.num_io_tensors):
+    name = engine.get_tensor_name(i)
+    value = torch.randn(tuple(context.get_tensor_shape(name)), device="cuda")
+    buffers.append(value)
+    context.set_tensor_address(name, value.data_ptr())
+stream = torch.cuda.current_stream().cuda_stream
+times = []
+for _ in range(2):
+    t = time.perf_counter()
+    assert context.execute_async_v3(stream)
+    torch.cuda.synchronize()
+    times.append(time.perf_counter() - t)
+written = 0
+if cache is not None:
+    data = bytes(cache.serialize())
+    open(sys.argv[2], "wb").write(data)
+    written = len(data)
+print("RESULT " + json.dumps({
+    "deserialize_s": round(t1 - t0, 3), "context_s": round(t2 - t1, 3),
+    "first_call_s": round(times[0], 4), "second_call_s": round(times[1], 5),
+    "cache_bytes_written": written}))
 """
 
 
@@ -633,6 +689,43 @@ def step_resnet_cuda() -> None:
     report("PASS" if code == 0 else "FAIL", f"build {target}", f"{seconds:.1f} s ({summary})")
 
 
+def step_rtx_cache() -> None:
+    """The ResNet-18 TensorRT package's engine through TensorRT-RTX's own API in fresh
+    processes: without a runtime cache, with an empty one (written after), and with the
+    one written (twice): whether the cache would bring the engine's load near the CUDA
+    package's (issue 29's load goal; the 1.0 s deserialize and 0.35 s first call)."""
+    from kiln.actions.tensorrt.engine_refit import read_record
+    from kiln.actions.tensorrt.package_archive import engine_records
+    from torch.export.pt2_archive import PT2ArchiveReader
+
+    package = WS / "kiln-out/models/resnet_trt_pt2.pt2"
+    if not package.exists():
+        report("SKIP", "runtime cache", "no resnet_trt_pt2 package (step resnet)")
+        return
+    with PT2ArchiveReader(str(package)) as reader:
+        records = sorted(engine_records(package).values())
+        engine = read_record(reader.read_bytes(records[0])).engine
+    engine_file, cache_file = WS / "resnet.engine", WS / "resnet.rtx-cache"
+    engine_file.write_bytes(engine)
+    cache_file.unlink(missing_ok=True)
+    runs = [("no cache", "none"), ("empty cache", "cache"), ("cache", "cache"), ("cache", "cache")]
+    for index, (what, mode) in enumerate(runs):
+        if left() < 60:
+            report("SKIP", f"runtime cache: {what}", "time")
+            return
+        _, text = fresh_python(
+            ["-c", RTX_CACHE, str(engine_file), str(cache_file), mode], min(180, left())
+        )
+        found = _result(text)
+        results.setdefault("rtx_cache", []).append({"run": what, **(found or {})})
+        report(
+            "INFO" if found else "FAIL",
+            f"runtime cache {index + 1}: {what}",
+            json.dumps(found) if found else text.strip()[-600:],
+        )
+        save_results()
+
+
 STEPS = {
     "build": step_build,
     "weights": step_weights,
@@ -640,6 +733,7 @@ STEPS = {
     "cxx": step_cxx,
     "resnet": step_resnet,  # named only: not in a run of every step
     "resnet_cuda": step_resnet_cuda,  # named only
+    "rtx_cache": step_rtx_cache,  # named only, after resnet
 }
 DEFAULT_STEPS = ("build", "weights", "load", "cxx")
 

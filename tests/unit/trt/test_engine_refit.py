@@ -18,13 +18,11 @@ import pickletools
 import sys
 import types
 import zipfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from kiln.actions import weights_split
 from kiln.actions.tensorrt import engine_refit
 from kiln.actions.tensorrt.engine_refit import Constant, FromWeights, NotDirect
 
@@ -304,37 +302,3 @@ def test_a_weight_of_another_size_or_a_failed_refit_is_not_refit_directly() -> N
         engine_refit.refit(trt, b"engine", wmap, weights, {})
     with pytest.raises(NotDirect, match="cannot deserialize"):
         engine_refit.refit(trt, b"not an engine", wmap, weights, {})
-
-
-# -- the structure ------------------------------------------------------------------
-
-
-class _ConvBn(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 4, 3)
-        self.bn = torch.nn.BatchNorm2d(4, eps=1e-3)
-        self.unused = torch.nn.Linear(2, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.bn(self.conv(x))
-
-
-def test_the_structure_gives_each_batch_norms_eps_and_the_weights_the_graph_reads(
-    tmp_path: Path,
-) -> None:
-    program = torch.export.export(_ConvBn().eval(), (torch.randn(1, 3, 8, 8),))
-    _, ties = weights_split.split(program)
-    weights_split.save_structure(program, tmp_path / "s.pt2", ties)
-    facts = engine_refit.structure_facts(tmp_path / "s.pt2")
-    # named as in the decomposed graph Torch-TensorRT compiles (export keeps batch_norm)
-    assert facts.batch_norm_eps == {"_native_batch_norm_legit_no_training": 1e-3}
-    # num_batches_tracked and the unused layer are no weight the program reads
-    assert facts.used_weights == {
-        "conv.weight",
-        "conv.bias",
-        "bn.weight",
-        "bn.bias",
-        "bn.running_mean",
-        "bn.running_var",
-    }

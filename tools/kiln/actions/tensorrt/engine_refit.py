@@ -19,7 +19,7 @@ refit needs is already at hand:
                         weight, so Torch-TensorRT's search by value pinned each name to
                         the weight it is
     the new values      TorchExport's weights file, under the same names
-    batch norms' eps    the structure's graph (kiln.actions.tensorrt.refit_constants)
+    batch norms' eps    the structure's graph (kiln.actions.tensorrt.structure_facts)
 
 So: plan every refittable weight of the engine (weight_sources), refit it (refit), and
 splice the new engine into the record (with_engine). Whatever cannot be planned exactly
@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kiln.actions.tensorrt.refit_constants import EPS_ARG, EPS_CONSTANT
+from kiln.actions.tensorrt.refit_constants import EPS_CONSTANT
+from kiln.actions.tensorrt.structure_facts import structure_facts
 
 # Torch-TensorRT 2.11-2.13's serialized engine layout (torch.ops.tensorrt.<NAME>_IDX).
 ENGINE_IDX = 3
@@ -54,7 +55,6 @@ ENGINE_CLASS = ("__torch__.torch.classes.tensorrt", "Engine")
 _STRING_OPS = {"BINUNICODE": b"X", "BINUNICODE8": b"\x8d", "SHORT_BINUNICODE": b"\x8c"}
 # Records torch's archive writer writes itself.
 _WRITER_RECORDS = ("version", ".data/serialization_id")
-BATCH_NORM = "_native_batch_norm_legit_no_training"
 
 
 class NotDirect(Exception):
@@ -276,45 +276,6 @@ def _eps_of(weight: str, eps: dict[str, float]) -> float:
     if len(values) == 1:  # every batch norm of the model has the same: that is its eps
         return values.pop()
     raise NotDirect(f"no batch norm {node!r} in the structure to take {weight!r} from")
-
-
-@dataclass(frozen=True)
-class StructureFacts:
-    """What the plan needs of the program's structure (its graph, no weights)."""
-
-    batch_norm_eps: dict[str, float]  # batch norm node -> eps
-    used_weights: frozenset[str]  # the parameters and buffers the graph reads
-
-
-def structure_facts(structure: Path) -> StructureFacts:
-    import torch
-
-    program = torch.export.load(str(structure))  # meta tensors: nothing of a value
-    signature = program.graph_signature
-    weight_of = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
-    eps: dict[str, float] = {}
-    used = set()
-    for node in program.graph.nodes:
-        if node.op == "placeholder" and node.name in weight_of and node.users:
-            used.add(weight_of[node.name])
-        at = _BATCH_NORMS.get(str(node.target))
-        if at is not None and len(node.args) > at and isinstance(node.args[at], (int, float)):
-            # The k-th batch norm is the k-th `_native_batch_norm_legit_no_training` of the
-            # graph Torch-TensorRT decomposes it into (run_decompositions names them so).
-            eps[_decomposed_name(len(eps))] = float(node.args[at])
-    return StructureFacts(batch_norm_eps=eps, used_weights=frozenset(used))
-
-
-# Inference batch norms in an exported graph -> the index of their eps argument: torch
-# 2.13's export keeps aten.batch_norm; a decomposed program has the other.
-_BATCH_NORMS = {
-    "aten.batch_norm.default": 7,
-    f"aten.{BATCH_NORM}.default": EPS_ARG,
-}
-
-
-def _decomposed_name(index: int) -> str:
-    return BATCH_NORM if index == 0 else f"{BATCH_NORM}_{index}"
 
 
 # -- the refit ----------------------------------------------------------------------
