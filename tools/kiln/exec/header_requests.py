@@ -27,6 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+# Where, in an action's (or the header maker's) .tmp, its requests and the answers lie.
+REQUESTS_FILE = "pch-requests.jsonl"
+REPLIES_DIR = "pch-replies"
 _NAME = re.compile(r"[a-z0-9]{20,80}\.h")  # what inductor names a header (header_maker)
 _MOST = 1 << 20  # bytes of requests read from one action: a few hundred bytes a header
 _POLL = 0.05  # seconds; the action polls its answer as often (header_store._POLL)

@@ -23,7 +23,7 @@ from kiln.action_graph import PYTHON_INTERPRETER, Action
 from kiln.cache.action_cache import ActionResult, OutputFile
 from kiln.cache.cas import ContentStore
 from kiln.cache.digest import Digest
-from kiln.exec.header_requests import HeaderRequests
+from kiln.exec.header_requests import REPLIES_DIR, REQUESTS_FILE, HeaderRequests
 from kiln.exec.outcome import Failure, Source
 from kiln.exec.spawn import Spawner, SpawnRequest, SpawnResult
 
@@ -38,8 +38,6 @@ TORCH_STORE_ENV = "KILN_TORCH_STORE"
 SANDBOXED_TORCH_STORE = "/tmp/kiln-torch-store"
 PCH_REQUESTS_ENV = "KILN_PCH_REQUESTS"
 PCH_REPLIES_ENV = "KILN_PCH_REPLIES"
-PCH_REQUESTS = "pch-requests.jsonl"
-PCH_REPLIES = "pch-replies"
 
 
 class ExecrootMaker(Protocol):
@@ -184,7 +182,7 @@ def _serve_headers(
     root: Path, env: dict[str, str], make_header: Callable[[str, Path], None]
 ) -> HeaderRequests:
     """kiln's answers to the action's requests for precompiled headers, while it runs."""
-    requests, replies = root / ".tmp" / PCH_REQUESTS, root / ".tmp" / PCH_REPLIES
+    requests, replies = root / ".tmp" / REQUESTS_FILE, root / ".tmp" / REPLIES_DIR
     env.setdefault(PCH_REQUESTS_ENV, str(requests))
     env.setdefault(PCH_REPLIES_ENV, str(replies))
     try:

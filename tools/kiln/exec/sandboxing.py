@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from kiln import windows_torch_libs as torch_libs
 from kiln.errors import KilnError
+from kiln.exec import header_requests
 from kiln.layout import DiskCache, OutputBase
 
 if TYPE_CHECKING:
@@ -150,7 +151,7 @@ class Sandboxing:
                 # reads only the request, never what the action can write.
                 scratch = Path(tempfile.mkdtemp(prefix=".header-maker-", dir=execroot.parent))
                 (scratch / ".tmp").mkdir()
-                requests = scratch / ".tmp" / "pch-requests.jsonl"
+                requests = scratch / ".tmp" / header_requests.REQUESTS_FILE
                 requests.write_text(request + "\n", encoding="utf-8")
                 made = self._makers.submit(self._make_headers, requests, scratch)
                 self._made[request] = made
