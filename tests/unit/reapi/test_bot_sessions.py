@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import grpc
+import pytest
 from buildgrid.common.protos.google.devtools.remoteworkers.v1test2 import bots_pb2
+from kiln.reapi import bot as bot_module
 from kiln.reapi.bot import Bot, BotOptions
 from kiln.reapi.channel import ChannelSpec
 from kiln.reapi.store import GrpcStore
@@ -125,3 +128,49 @@ def test_a_bot_whose_new_session_is_refused_while_the_server_restarts_asks_again
     assert server.refused == 2
     assert server.created == ["session-0", "session-1"]
     assert server.updated == ["session-0", "session-1"]
+
+
+class _Leasing(_Server):
+    """A server that hands the bot one lease with its session and records every report."""
+
+    def __init__(self, bot: Bot) -> None:
+        super().__init__(bot)
+        self.reports: list[list[int]] = []  # the lease states of each UpdateBotSession
+
+    def CreateBotSession(self, request: Any, **kwargs: Any) -> bots_pb2.BotSession:
+        session = super().CreateBotSession(request, **kwargs)
+        session.leases.add(id="lease-1", state=bots_pb2.LeaseState.ACTIVE)
+        return session
+
+    def future(self, request: Any, **_: Any) -> _Answer:
+        states = [lease.state for lease in request.bot_session.leases]
+        self.reports.append(states)
+        if bots_pb2.LeaseState.COMPLETED in states:
+            self.bot.stopping.set()
+        return _Answer(request.bot_session)
+
+
+def test_a_busy_bot_reports_its_running_lease_until_it_finishes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """BuildGrid drops a bot silent for its keep-alive and requeues the lease: a bot that
+    said nothing while a long action ran got the same lease again on finishing, and ran it
+    again (five times per lease, then Bazel's retries) until the build timed out."""
+    monkeypatch.setattr(bot_module, "HEARTBEAT_S", 0.05, raising=False)
+    monkeypatch.setattr(bot_module, "TICK_S", 0.01)
+    store = GrpcStore(ChannelSpec.parse("grpc://127.0.0.1:1"), timeout=5)
+    bot = Bot(BotOptions("grpc://127.0.0.1:1", ()), store, RemoteOptions())
+    server = _Leasing(bot)
+    bot.stub = server  # type: ignore[assignment]
+
+    def long_action(lease: bots_pb2.Lease) -> tuple[None, tuple[int, str]]:
+        deadline = time.monotonic() + 5
+        while len(server.reports) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the action runs until the bot has said so three times
+        return None, (0, "")
+
+    monkeypatch.setattr(bot, "run_lease", long_action)
+    bot.run()
+    active, completed = bots_pb2.LeaseState.ACTIVE, bots_pb2.LeaseState.COMPLETED
+    assert server.reports[:3] == [[active]] * 3
+    assert server.reports[-1] == [completed]

@@ -19,7 +19,12 @@ while idle and reports a finished lease with a short one (a naive bot
 reports up to 32 s late); a bot that dies keeps its lease until the server's
 keepalive timeout, after which the server requeues it: nothing is stored
 by a lease that did not finish, and kiln's outputs are content-addressed, so
-a rerun stores nothing twice.
+a rerun stores nothing twice. So a busy bot says it is alive (its leases
+ACTIVE) every HEARTBEAT_S: a bot silent while its action ran longer than the
+keepalive was dropped, its lease requeued and handed to it again, and an
+action that always outlasted the keepalive ran again for ever (seen on a
+loaded machine: Bazel's AOTInductor compile, 20 s keepalive, five runs per
+lease, then Bazel's retries, until the build timed out).
 
 An action with no task record (one Bazel sent) runs as its Command says,
 unsandboxed, as a farm's plain worker runs it (reapi/command_runner.py).
@@ -60,6 +65,9 @@ _counter = itertools.count()
 IDLE_DEADLINE_S = 30.0  # a long poll while there is nothing to report
 BUSY_DEADLINE_S = 2.0  # a finished lease is reported at once
 TICK_S = 0.5  # how often a busy bot checks whether its lease finished
+# How often a busy bot reports its running leases: well inside BuildGrid's
+# bot-session-keepalive-timeout (20 s in the tests, minutes in a farm) on a loaded machine.
+HEARTBEAT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,7 @@ class Bot:
         """Serve leases until stop(); raises grpc.RpcError only if the session cannot start."""
         metadata = self.store.spec.metadata
         session = self._create(metadata)
+        heartbeat_at = time.monotonic() + HEARTBEAT_S
         while not self.stopping.is_set():
             with self._lock:
                 busy = bool(self._running) or bool(self._done)
@@ -119,8 +128,10 @@ class Bot:
                 time.sleep(TICK_S)
                 self._reap()
                 with self._lock:
-                    if not self._done:
-                        continue
+                    finished = bool(self._done)
+                if not finished and time.monotonic() < heartbeat_at:
+                    continue
+            heartbeat_at = time.monotonic() + HEARTBEAT_S
             leases = self._leases(session)
             del session.leases[:]
             session.leases.extend(leases)
