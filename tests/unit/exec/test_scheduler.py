@@ -8,9 +8,11 @@ first output; the graph's order is the order they are given in.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kiln.action_graph import Action, ActionGraph, File, Resources
@@ -375,3 +377,46 @@ def test_ctrl_c_interrupts_running_actions_starts_nothing_more_and_re_raises() -
     assert fake.interrupted.is_set()  # the executor was told to kill what runs
     assert fake.started() == ["a"]
     assert fake.log == ["+a", "-a"]  # `a` was waited for before run() re-raised
+
+
+class _TimedOut(Exception):
+    """What a test timeout (pytest-timeout's SIGALRM) raises in the waiting thread."""
+
+
+def test_any_error_while_waiting_interrupts_running_actions_before_waiting_for_them() -> None:
+    """Seen: a test's timeout raised while a remote action's stream hung; the scheduler
+    only interrupted on Ctrl-C, so its shutdown waited for that action for 46 minutes."""
+    fake = FakeExecutor(gated=True)
+    main = threading.main_thread().ident
+    assert main is not None and threading.current_thread() is threading.main_thread()
+
+    def timed_out(signum: int, frame: object) -> None:
+        raise _TimedOut
+
+    def when_waiting() -> None:
+        """SIGUSR1 to the main thread once it waits on the running actions (as a test's
+        timeout finds it), not while it starts them."""
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            frame = sys._current_frames().get(main)
+            while frame is not None and not _waiting_on_futures(frame):
+                frame = frame.f_back
+            if frame is not None:
+                signal.pthread_kill(main, signal.SIGUSR1)
+                return
+            time.sleep(0.01)
+
+    previous = signal.signal(signal.SIGUSR1, timed_out)
+    try:
+        fake.on_start["a"] = lambda: threading.Thread(target=when_waiting).start()
+        with pytest.raises(_TimedOut):
+            scheduler([action("a"), action("b", "a")], fake, jobs=1).run()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert fake.interrupted.is_set()  # without it, `a` (gated) would never end
+    assert fake.log == ["+a", "-a"]
+
+
+def _waiting_on_futures(frame: Any) -> bool:
+    code = frame.f_code
+    return code.co_name == "wait" and code.co_filename.endswith("concurrent/futures/_base.py")

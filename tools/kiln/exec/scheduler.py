@@ -187,13 +187,17 @@ class _Run:
                         self.gpus.give_back(holding.pop(index))
             if stop:
                 self._skip_the_rest()
-        except KeyboardInterrupt:
-            self.result.interrupted = True
+        except BaseException as error:
+            # Whatever ends the wait stops what runs: the shutdown below waits for every
+            # action's thread, and one waiting on a remote server kept an internal error (a
+            # test's timeout, there) waiting for 46 minutes. Nothing more is stored.
             self.s.executor.interrupt()
-            for future in running:
-                # The interrupt is what gets reported; an action's own error is moot now.
-                with contextlib.suppress(Exception):
-                    self.result.outcomes.append(future.result())
+            if isinstance(error, KeyboardInterrupt):
+                self.result.interrupted = True
+                for future in running:
+                    # The interrupt is what gets reported; an action's own error is moot now.
+                    with contextlib.suppress(Exception):
+                        self.result.outcomes.append(future.result())
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
