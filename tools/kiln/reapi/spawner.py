@@ -49,6 +49,7 @@ from kiln.reapi.encoding import InputFile, encode_action
 from kiln.reapi.operation_wait import OperationWait
 from kiln.reapi.properties import platform_properties
 from kiln.reapi.store import GrpcStore, describe, to_proto
+from kiln.reapi.stream_deadline import bounded
 from kiln.remote.options import RemoteOptions
 from kiln.remote_exec.protocol import RemoteTask, TaskInput, TaskWheel
 
@@ -153,7 +154,7 @@ class ReapiSpawner:
                 )
                 call = stub.Execute(request, timeout=wait.call_deadline, metadata=metadata)
             try:
-                for operation in self._watch(call):
+                for operation in self._watch(call, wait.call_deadline):
                     if operation.done:
                         return _response(operation)
                     wait.answered(operation.name, _executing(operation))
@@ -166,11 +167,11 @@ class ReapiSpawner:
                 pause = wait.failed(e.code() if isinstance(e, grpc.Call) else None, describe(e))
             time.sleep(pause)
 
-    def _watch(self, call: object) -> Iterator[operations_pb2.Operation]:
+    def _watch(self, call: object, deadline_s: float) -> Iterator[operations_pb2.Operation]:
         with self._lock:
             self._calls.add(call)
         try:
-            yield from call  # type: ignore[misc]
+            yield from bounded(call, deadline_s)
         finally:
             with self._lock:
                 self._calls.discard(call)

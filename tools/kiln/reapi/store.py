@@ -53,6 +53,7 @@ from kiln.cache.digest import Digest, digest_bytes
 from kiln.cache.reapi import decode_action_result, encode_action_result
 from kiln.cache.remote_store import RemoteError, TransferPool
 from kiln.reapi.channel import ChannelSpec
+from kiln.reapi.stream_deadline import DeadlinePassed, bounded
 
 T = TypeVar("T")
 
@@ -402,6 +403,10 @@ class _Backoff:
         return True
 
 
+# Streams a Read may outlive its deadline (ended by this side) and resume after.
+_STUCK_RESUMES = 2
+
+
 class _Reader:
     """A ByteStream.Read as a readinto() for ContentStore.put_stream, resumed at the
     offset reached when the stream drops."""
@@ -413,19 +418,16 @@ class _Reader:
         self.retry = _Backoff(store.timeout)
         self.pending = b""
         self.stream: Iterator[bs_pb2.ReadResponse] | None = None
+        self.stuck = 0  # streams this side ended past their deadline (stream_deadline.py)
 
     def _open(self) -> Iterator[bs_pb2.ReadResponse]:
         stub = bs_grpc.ByteStreamStub(self.store.channel())
         request = bs_pb2.ReadRequest(
             resource_name=self.store._resource(self.digest), read_offset=self.offset
         )
-        return iter(
-            stub.Read(
-                request,
-                timeout=self.store._transfer_timeout(self.digest.size - self.offset),
-                metadata=self.store.spec.metadata,
-            )
-        )
+        deadline = self.store._transfer_timeout(self.digest.size - self.offset)
+        call = stub.Read(request, timeout=deadline, metadata=self.store.spec.metadata)
+        return bounded(call, deadline)
 
     def _next(self) -> bytes | None:
         """The next chunk; None at the stream's end."""
@@ -436,6 +438,15 @@ class _Reader:
                 return next(self.stream).data
             except StopIteration:
                 return None
+            except DeadlinePassed:
+                self.stream = None
+                self.stuck += 1
+                if self.stuck <= _STUCK_RESUMES:
+                    continue  # the transport, not the server: a new stream at the offset
+                raise RemoteError(
+                    f"remote cache {self.store.url}: ByteStream.Read {self.digest}: "
+                    f"{self.stuck} streams past their deadline"
+                ) from None
             except grpc.RpcError as e:
                 self.stream = None
                 code = e.code() if isinstance(e, grpc.Call) else None
