@@ -126,7 +126,13 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     ),
     # the REAPI (gRPC) store: below kiln.remote, which opens it, as the HTTP store is
     "kiln.reapi.channel": (),
-    "kiln.reapi.store": (*LEAVES, "kiln.cache", "kiln.reapi.channel"),
+    "kiln.reapi.stream_deadline": (),
+    "kiln.reapi.store": (
+        *LEAVES,
+        "kiln.cache",
+        "kiln.reapi.channel",
+        "kiln.reapi.stream_deadline",
+    ),
     # --remote_executor=grpc:// and `kiln worker --reapi`: a peer of kiln.remote_exec
     "kiln.reapi": (
         *LEAVES,
@@ -141,6 +147,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "kiln.remote_exec",
         "kiln.reapi.store",
         "kiln.reapi.channel",
+        "kiln.reapi.stream_deadline",
     ),
     # --remote_executor on Ray: below the CLI, above the executor it plugs into (its
     # RemoteSpawner seam); workers on nodes probe TensorRT through the catalogue's toolchain
