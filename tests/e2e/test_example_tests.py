@@ -63,7 +63,7 @@ def test_models_tests_pass_and_a_rerun_is_cached(repo_examples: Path) -> None:
     assert mlp["max_abs_error"][-1] == "ok" and mlp["cosine"][-1] == "ok"
     latency = (REPO / "kiln-testlogs/models/benchmarks/resnet_latency/test.log").read_text()
     assert "image=1x3x224x224" in latency and "image=4x3x224x224" in latency
-    assert "p50 <= 1000 ms: ok" in latency
+    assert "p50 <= 10000 ms: ok" in latency
     again = kiln_test(REPO, SESSION_ENV, *labels)
     assert again.returncode == 0, again.stderr
     for label in labels:

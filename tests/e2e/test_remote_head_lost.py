@@ -20,8 +20,10 @@ from tests.nginx_cache import NginxCache
 from tests.ray_cluster import NodeSpec, RayCluster
 
 # A command line no other process has: the test finds it in /proc to know the first
-# action runs on the node.
-FIRST = "sleep 4.321"
+# action runs on the node. The digits are this test process's PID: a constant was another
+# suite's too, on a machine running two (its head was then killed before this one's kiln
+# had connected).
+FIRST = f"sleep 4.{os.getpid():07d}"
 BUILD = f"""
 genrule(name = "first", outs = ["first.txt"], cmd = "{FIRST}; echo first > $@")
 genrule(name = "second", srcs = [":first"], outs = ["second.txt"], cmd = "cat $< > $@")
