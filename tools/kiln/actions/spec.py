@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, NoReturn, TypeVar
 
 from kiln.action_specs import Spec, SpecError
+from kiln.actions.action_profile import profiled
 
 ERROR_PREFIX = "kiln-action-error: "
 # Set (to 1) where the user asked for --verbose_failures: a failure then shows Python's
@@ -55,7 +56,8 @@ def run(
         fail(str(error))
     with _held_output(enabled=quiet) as held:
         try:
-            main(spec)
+            with profiled(spec_type.__name__):
+                main(spec)
         except ActionFailure as error:
             held.failed = not verbose()
             failure = error
