@@ -20,6 +20,8 @@ import os
 import socket
 from pathlib import Path
 
+from kiln.process_tree import descendants
+
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's `st` column
 
 
@@ -43,29 +45,12 @@ def _listening_inodes(port: int) -> set[str]:
     return inodes
 
 
-def _tree(root: int) -> list[int]:
-    """`root` and its descendants now alive."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                parent = int(stat.rpartition(")")[2].split()[1])
-                parents.setdefault(parent, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(parents.get(pid, []))
-    return found
-
-
 def owns_port(root: int, port: int) -> bool:
     """Whether process `root` or one of its descendants listens on `port`."""
     inodes = _listening_inodes(port)
     if not inodes:
         return False
-    for pid in _tree(root):
+    for pid in [root, *descendants(root)]:
         with contextlib.suppress(OSError):
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 with contextlib.suppress(OSError):

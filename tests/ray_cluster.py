@@ -39,6 +39,7 @@ from typing import Any
 from kiln.exec.platform_match import MachineOffer
 from kiln.host_facts import HostFacts
 from kiln.machine import Gpu
+from kiln.process_tree import descendants
 from kiln.remote_exec.routing import node_labels
 
 from tests.loopback_ports import free_port, owns_port
@@ -181,17 +182,6 @@ class RayCluster:
 # -- the cluster host: `python -m tests.ray_cluster SPEC` -----------------------------
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                if int(stat.rpartition(")")[2].split()[1]) == pid:
-                    found.append(int(entry))
-    return found
-
-
 def _head(head_cpus: int, tmp: Path) -> tuple[Any, int]:
     """A cluster of its head alone, and the port of its Ray Client server. The port is
     chosen free and bound by Ray later: a head whose Ray Client server did not get it
@@ -246,12 +236,12 @@ def _host(spec_file: Path) -> None:
                 # Every raylet's agents outlive their raylet killed at once (the head's now,
                 # the nodes' once they find the head gone), for minutes: killed by PID too.
                 for node in [cluster.head_node, *nodes.values()]:
-                    orphans.update(_children(node.all_processes["raylet"][0].process.pid))
+                    orphans.update(descendants(node.all_processes["raylet"][0].process.pid))
                 cluster.remove_node(cluster.head_node, allow_graceful=False)
                 print(json.dumps({"ok": True}), flush=True)
             elif command == "workers":
                 raylet = nodes[name].all_processes["raylet"][0].process.pid
-                pids = [p for p in _children(raylet) if _is_worker(_cmdline(p))]
+                pids = [p for p in descendants(raylet) if _is_worker(_cmdline(p))]
                 print(json.dumps({"pids": pids}), flush=True)
     finally:
         cluster.shutdown()
