@@ -407,19 +407,45 @@ def _export_structure(
 ) -> tuple[File, File]:
     """TorchExport of the model's structure (placeholders for weights) and its weights
     apart, with eager's goldens: (the structure, the weights file)."""
-    name = ctx.name
-    structure = ctx.declare_file(f"{name}.structure.pt2")
-    weights = ctx.declare_file(weights_file_of(f"{name}.pt2"))
-    needs = ctx.declare_file(f"{name}.needs.json")
-    export_spec = ctx.declare_file(f"{name}.export.json")
+    structure = ctx.declare_file(f"{ctx.name}.structure.pt2")
+    weights = ctx.declare_file(weights_file_of(f"{ctx.name}.pt2"))
+    _export(ctx, model, actions, goldens, program=structure, weights=weights)
+    return structure, weights
+
+
+def _export_with_weights(
+    ctx: RuleContext[AotiPackageAttrs],
+    model: TorchModelInfo,
+    actions: _Actions,
+    goldens: File | None,
+) -> File:
+    """TorchExport of the program with its weights inside (and eager's goldens)."""
+    program = ctx.declare_file(f"{ctx.name}.ep.pt2")
+    _export(ctx, model, actions, goldens, program=program, weights=None)
+    return program
+
+
+def _export(
+    ctx: RuleContext[AotiPackageAttrs],
+    model: TorchModelInfo,
+    actions: _Actions,
+    goldens: File | None,
+    *,
+    program: File,
+    weights: File | None,
+) -> None:
+    """The TorchExport action: `program`, and the weights apart where `weights` is a file;
+    what the program needs of the runtime goes to `actions.needs`."""
+    needs = ctx.declare_file(f"{ctx.name}.needs.json")
+    export_spec = ctx.declare_file(f"{ctx.name}.export.json")
     ctx.actions.write_spec(
         export_spec,
         ExportSpec(
             model=model.spec,
             device=ctx.attrs.device,
-            output=structure.path,
+            output=program.path,
             goldens=goldens.path if goldens else None,
-            weights=weights.path,
+            weights=weights.path if weights else None,
             needs=needs.path,
         ),
     )
@@ -428,12 +454,11 @@ def _export_structure(
         "torch_export",
         export_spec,
         model.files,
-        [structure, weights, needs, *([goldens] if goldens else [])],
+        [program, *([weights] if weights else []), needs, *([goldens] if goldens else [])],
         2000,
         extra_packages=("safetensors",),
     )
     actions.needs = needs
-    return structure, weights
 
 
 def _compile_and_join(
@@ -598,41 +623,6 @@ def _manifest(
     )
     actions.run("AotiManifest", "aoti_manifest", spec, [package], [manifest], 500)
     return manifest
-
-
-def _export_with_weights(
-    ctx: RuleContext[AotiPackageAttrs],
-    model: TorchModelInfo,
-    actions: _Actions,
-    goldens: File | None,
-) -> File:
-    """TorchExport of the program with its weights inside (and eager's goldens)."""
-    program = ctx.declare_file(f"{ctx.name}.ep.pt2")
-    needs = ctx.declare_file(f"{ctx.name}.needs.json")
-    export_spec = ctx.declare_file(f"{ctx.name}.export.json")
-    ctx.actions.write_spec(
-        export_spec,
-        ExportSpec(
-            model=model.spec,
-            device=ctx.attrs.device,
-            output=program.path,
-            goldens=goldens.path if goldens else None,
-            weights=None,
-            needs=needs.path,
-        ),
-    )
-    exported = [program, needs, *([goldens] if goldens else [])]
-    actions.run(
-        "TorchExport",
-        "torch_export",
-        export_spec,
-        model.files,
-        exported,
-        2000,
-        extra_packages=("safetensors",),
-    )
-    actions.needs = needs
-    return program
 
 
 def _refittable(
