@@ -147,20 +147,20 @@ class Sandboxing:
                     return
                 if self._makers is None:
                     self._makers = ThreadPoolExecutor(1, thread_name_prefix="kiln-header-maker")
-                # A folder of the maker's own beside the action's execroot: the maker
-                # reads only the request, never what the action can write.
-                scratch = Path(tempfile.mkdtemp(prefix=".header-maker-", dir=execroot.parent))
-                (scratch / ".tmp").mkdir()
-                requests = scratch / ".tmp" / header_requests.REQUESTS_FILE
-                requests.write_text(request + "\n", encoding="utf-8")
-                made = self._makers.submit(self._make_headers, requests, scratch)
+                made = self._makers.submit(self._make_headers, request, execroot.parent)
                 self._made[request] = made
         with contextlib.suppress(Exception):  # cancelled by Ctrl-C: the action makes its own
             made.result()
 
-    def _make_headers(self, requests: Path, scratch: Path) -> None:
+    def _make_headers(self, request: str, beside: Path) -> None:
+        # A folder of the maker's own beside the action's execroot: the maker reads only
+        # the request, never what the action can write. Made here, not under the lock.
+        scratch = Path(tempfile.mkdtemp(prefix=".header-maker-", dir=beside))
         sandbox = self.get()
         try:
+            (scratch / ".tmp").mkdir()
+            requests = scratch / ".tmp" / header_requests.REQUESTS_FILE
+            requests.write_text(request + "\n", encoding="utf-8")
             if sandbox is not None:
                 from kiln.sandbox.view import Bind
 
