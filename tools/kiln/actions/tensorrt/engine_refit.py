@@ -37,7 +37,6 @@ import importlib.metadata
 import importlib.util
 import io
 import pickle
-import pickletools
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -52,7 +51,12 @@ ENGINE_IDX = 3
 SERIALIZED_METADATA_IDX = 7
 # The TorchBind class whose state the record holds.
 ENGINE_CLASS = ("__torch__.torch.classes.tensorrt", "Engine")
-_STRING_OPS = {"BINUNICODE": b"X", "BINUNICODE8": b"\x8d", "SHORT_BINUNICODE": b"\x8c"}
+# pickle's string ops: name -> (opcode, bytes of its length field)
+_STRING_OPS = {
+    "BINUNICODE": (b"X", 4),
+    "BINUNICODE8": (b"\x8d", 8),
+    "SHORT_BINUNICODE": (b"\x8c", 1),
+}
 # Records torch's archive writer writes itself.
 _WRITER_RECORDS = ("version", ".data/serialization_id")
 
@@ -131,33 +135,40 @@ def with_engine(record: bytes, engine: bytes, old: EngineRecord | None = None) -
     engine string spliced, every other byte of the state as it was, rewritten with torch's
     own archive writer (as torch._C._pickle_save writes it). `old`: the record as read."""
     old = old or read_record(record)
-    encoded = base64.b64encode(engine).decode()
-    rewritten = _rezipped(record, _spliced(old.pickle, old.state[ENGINE_IDX], encoded))
-    expected = [*old.state[:ENGINE_IDX], encoded, *old.state[ENGINE_IDX + 1 :]]
+    encoded = base64.b64encode(engine)
+    pkl = _spliced(old.pickle, old.state[ENGINE_IDX].encode("ascii"), encoded)
+    rewritten = _rezipped(record, pkl)
+    # Read back as any reader will: the splice must leave a pickle of the same state.
+    expected = [*old.state[:ENGINE_IDX], encoded.decode("ascii"), *old.state[ENGINE_IDX + 1 :]]
     if read_record(rewritten).state != expected:
         raise NotDirect("the spliced engine record does not read back as written")
     return rewritten
 
 
-def _spliced(pkl: bytes, old: str, new: str) -> bytes:
-    """data.pkl with the one string op holding `old` replaced by one holding `new`."""
-    found = [
-        (opcode.name, pos)
-        for opcode, arg, pos in pickletools.genops(pkl)
-        if opcode.name in _STRING_OPS and arg == old
-    ]
-    if len(found) != 1 or found[0][1] is None:
+def _spliced(pkl: bytes, old: bytes, new: bytes) -> bytes:
+    """data.pkl with the one string op holding `old` (ASCII: base64) replaced by one
+    holding `new`. Found by its bytes (the op, its length, the string), not by walking
+    the pickle: pickletools would decode every string of tens of MB on the way."""
+    found = []
+    for op, width in _STRING_OPS.values():
+        if len(old) >= 1 << (8 * width):
+            continue
+        header = op + len(old).to_bytes(width, "little")
+        lead = header + old[:64]  # found fast; the rest compared in place, not copied
+        at = pkl.find(lead)
+        while at != -1:
+            start = at + len(header)
+            if pkl.startswith(old, start):
+                found.append((at, start + len(old)))
+            at = pkl.find(lead, at + 1)
+    if len(found) != 1:
         raise NotDirect(f"the engine string occurs {len(found)} times in the record's state")
-    name, at = found[0]
-    pos = int(at or 0)
-    width = {"BINUNICODE": 4, "BINUNICODE8": 8, "SHORT_BINUNICODE": 1}[name]
-    end = pos + 1 + width + len(old.encode("utf-8"))
-    data = new.encode("utf-8")
-    if len(data) < 2**32:
-        op = b"X" + len(data).to_bytes(4, "little")
+    start, end = found[0]
+    if len(new) < 2**32:
+        op = b"X" + len(new).to_bytes(4, "little")
     else:
-        op = b"\x8d" + len(data).to_bytes(8, "little")
-    return pkl[:pos] + op + data + pkl[end:]
+        op = b"\x8d" + len(new).to_bytes(8, "little")
+    return b"".join((pkl[:start], op, new, pkl[end:]))
 
 
 def _rezipped(record: bytes, pkl: bytes) -> bytes:
