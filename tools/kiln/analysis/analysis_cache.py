@@ -24,6 +24,7 @@ requested target. Unpickling it needs neither pydantic nor the rules.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from kiln.host_facts import HostFacts, Toolchain, ToolchainResolver
 from kiln.loading.graph import TargetGraph
 from kiln.loading.loader import PackageLoader
 
-FORMAT = 3
+FORMAT = 4  # 4: the stamp covers the actions' code
 # The code analysis runs: the engine that calls the rules, and the whole catalogue.
 ANALYSIS_CODE = ("kiln.analysis.analyzer", "kiln.rules.*", "kiln.rules.testing.*")
 
@@ -108,10 +109,23 @@ class AnalysisCache:
             self.path,
             FORMAT,
             fingerprint=fingerprint(loader, graph, labels, host),
-            code=CodeStamp.of(ANALYSIS_CODE),
+            code=CodeStamp.of((*ANALYSIS_CODE, *action_modules(analysis.actions))),
             toolchains=toolchains,
             analysis=analysis,
         )
+
+
+def action_modules(actions: list[Action]) -> list[str]:
+    """The kiln modules the actions run (`python -m kiln.actions.<name>`): analysis put
+    their code's digest in each one's key (rule_api/context.py, "kiln_actions"), so the
+    cached analysis is stale when they change. Without them in the stamp an edited action
+    module was served its old code's results, through the old keys."""
+    found = set()
+    for action in actions:
+        for flag, module in itertools.pairwise(action.argv):
+            if flag == "-m" and module.startswith("kiln."):
+                found.add(module)
+    return sorted(found)
 
 
 def _is_valid(data: dict[str, Any]) -> bool:
