@@ -29,7 +29,7 @@ Prints PASS / FAIL / INFO lines, also into $OUT/summary.txt; $OUT/results.json h
 every figure; $OUT/build.log the kiln output, $OUT/load-profile.txt the import times and
 profile, $OUT/cxx.log the CMake and app output. At most 8 files come back from $OUT.
 With KILN_CHECK_PROFILE=1 every build profiles its actions (kiln.actions.action_profile):
-$OUT/action-profiles.txt (each action's top functions) and .tar.gz (the .prof files).
+$OUT/action-profiles.txt, each action's main time and top functions.
 Exit 1 if any check failed. Each step stops early (SKIP) when the time left
 ($DEADLINE_S, default 520 s from the start) would not cover it.
 """
@@ -41,7 +41,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -138,9 +137,9 @@ def kiln_build(target: str, name: str, *flags: str) -> tuple[int, float, list[di
     argv = [sys.executable, "-m", "kiln", "build", f"//models:{target}", "--verbose_failures"]
     argv += [f"--disk_cache={WS / 'cache'}", f"--build_event_json_file={events}", *extra, *flags]
     if os.environ.get(PROFILE_CHECK_ENV):
-        # One folder for every build: --action_env joins the keys, and the weights-only
+        # The same value in every build: --action_env joins the keys, and the weights-only
         # build must find the first build's compiles.
-        argv.append(f"--action_env=KILN_ACTION_PROFILE={WS / 'profiles'}")
+        argv.append("--action_env=KILN_ACTION_PROFILE=1")
     log("build.log", f"\n=== {name}: {' '.join(argv)}\n")
     started = time.monotonic()
     done = subprocess.run(
@@ -154,28 +153,29 @@ def kiln_build(target: str, name: str, *flags: str) -> tuple[int, float, list[di
     )
     seconds = time.monotonic() - started
     log("build.log", done.stdout + done.stderr)
-    keep_profiles(name)
+    keep_profiles(name, done.stdout + done.stderr)
     lines = events.read_text().splitlines() if events.exists() else []
     finished = [json.loads(line) for line in lines]
     return done.returncode, seconds, [e for e in finished if e.get("type") == "action_finished"]
 
 
-def keep_profiles(name: str) -> None:
-    """The build's action profiles (kiln.actions.action_profile): their summaries appended
-    to $OUT/action-profiles.txt, every .prof so far in $OUT/action-profiles.tar.gz."""
-    made = WS / "profiles"
-    if not made.is_dir():
-        return
-    kept = WS / "profiles-kept" / name
-    kept.mkdir(parents=True, exist_ok=True)
-    with (OUT / "action-profiles.txt").open("a", encoding="utf-8") as summaries:
-        for summary in sorted(made.glob("*.txt")):
-            summaries.write(f"\n===== {name}: {summary.name}\n{summary.read_text()}")
-            summary.unlink()
-    for profile in made.glob("*.prof"):
-        profile.rename(kept / profile.name)
-    with tarfile.open(OUT / "action-profiles.tar.gz", "w:gz") as archive:
-        archive.add(WS / "profiles-kept", arcname="action-profiles")
+def keep_profiles(name: str, output: str) -> None:
+    """The build's action profiles (kiln.actions.action_profile prints them as the actions'
+    output), each with the action it came from, appended to $OUT/action-profiles.txt."""
+    blocks, action, inside = [], "", False
+    for line in output.splitlines():
+        if line.startswith("INFO: From "):
+            action = line.removeprefix("INFO: From ").rstrip(":")
+        if line.startswith("kiln-action-profile "):
+            blocks.append(f"\n===== {name}: {action}\n")
+            inside = True
+        elif line.startswith(("INFO: ", "[", "Target ", "WARNING: ", "ERROR: ")):
+            inside = False
+        if inside:
+            blocks[-1] += line + "\n"
+    if blocks:
+        with (OUT / "action-profiles.txt").open("a", encoding="utf-8") as summaries:
+            summaries.write("".join(blocks))
 
 
 def actions_of(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

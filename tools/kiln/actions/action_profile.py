@@ -1,13 +1,15 @@
-"""KILN_ACTION_PROFILE=DIR: where an action's seconds go, on a machine with no debugger.
+"""KILN_ACTION_PROFILE=1: where an action's seconds go, on a machine with no debugger.
 
-    kiln build //models:x --action_env=KILN_ACTION_PROFILE=/tmp/profiles
+    kiln build //models:x --action_env=KILN_ACTION_PROFILE=1
 
-Each action that reads a spec (kiln.actions.spec.run) then leaves, in DIR, its cProfile
-(`<Spec>.<pid>.<ms>.prof`, for pstats or snakeviz) and the first lines of it sorted by
-cumulative time (`.txt`), with the action's wall time. Made for the GPU machine, where a
-build runs in one remote call and an action cannot be rerun by hand afterwards (its
-execroot is gone). --action_env joins every action's key, so a profiled build is a build
-of its own: nothing it caches is served to a build without the variable.
+Each action that reads a spec (kiln.actions.spec.run) then ends its output with its
+cProfile, the top lines by cumulative time, and the wall time of its main: kiln shows
+it as the action's output ("INFO: From ..."), here or from a remote worker alike. Made
+for the GPU machine, where a build runs in one remote call and an action cannot be
+rerun by hand afterwards (its execroot is gone). Printed, not written to a file: a
+sandboxed action sees only a private /tmp and its execroot. --action_env joins every
+action's key, so a profiled build is a build of its own: nothing it caches is served
+to a build without the variable. A number instead of 1: that many lines.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 PROFILE_ENV = "KILN_ACTION_PROFILE"
 TOP_LINES = 60
@@ -25,14 +27,15 @@ TOP_LINES = 60
 
 @contextlib.contextmanager
 def profiled(name: str) -> Iterator[None]:
-    """Profile the body into $KILN_ACTION_PROFILE when it is set; otherwise nothing."""
-    folder = os.environ.get(PROFILE_ENV, "")
-    if not folder:
+    """Profile the body and print the summary to stdout when $KILN_ACTION_PROFILE is set."""
+    setting = os.environ.get(PROFILE_ENV, "")
+    if setting in ("", "0"):
         yield
         return
     import cProfile
     import pstats
 
+    lines = int(setting) if setting.isdigit() and setting != "1" else TOP_LINES
     profile = cProfile.Profile()
     started = time.monotonic()
     profile.enable()
@@ -41,10 +44,8 @@ def profiled(name: str) -> Iterator[None]:
     finally:
         profile.disable()
         seconds = time.monotonic() - started
-        stem = Path(folder) / f"{name}.{os.getpid()}.{time.time_ns() // 1_000_000}"
-        stem.parent.mkdir(parents=True, exist_ok=True)
-        profile.dump_stats(f"{stem}.prof")
         text = io.StringIO()
-        text.write(f"{name}: {seconds:.3f} s wall in the action's main\n")
-        pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(TOP_LINES)
-        Path(f"{stem}.txt").write_text(text.getvalue(), encoding="utf-8")
+        text.write(f"kiln-action-profile {name}: {seconds:.3f} s wall in the action's main\n")
+        pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(lines)
+        sys.stdout.write(text.getvalue())  # what kiln shows of a success: its stdout
+        sys.stdout.flush()
