@@ -331,7 +331,12 @@ class _Actions:
         *,
         extra_packages: tuple[str, ...] = (),
         windows_torch: WindowsTorch | None = None,
+        light: bool = False,
     ) -> None:
+        """light: the action imports no torch and needs no GPU (it reads and writes a few
+        records): a plain process holding no GPU. In a persistent worker it gained nothing
+        and, when the worker was busy, cost a second worker's start (a torch import) for
+        a few milliseconds of work, holding the GPU meanwhile."""
         self.ctx.actions.run_python(
             mnemonic=mnemonic,
             module=module,
@@ -342,8 +347,8 @@ class _Actions:
             python_env=self.python_env,
             needs=self.needs,
             platform=self.platform,
-            resources=Resources(cpu=1, gpu=self.gpu, memory_mb=memory_mb),
-            supports_workers=True,
+            resources=Resources(cpu=1, gpu=0 if light else self.gpu, memory_mb=memory_mb),
+            supports_workers=not light,
             windows_torch=windows_torch,
         )
 
@@ -621,7 +626,7 @@ def _manifest(
             else None,
         ),
     )
-    actions.run("AotiManifest", "aoti_manifest", spec, [package], [manifest], 500)
+    actions.run("AotiManifest", "aoti_manifest", spec, [package], [manifest], 500, light=True)
     return manifest
 
 

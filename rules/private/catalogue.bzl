@@ -2441,7 +2441,7 @@ RULES = {
                         "outputs": [
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
-                        "gpu": True,
+                        "gpu": False,
                         "test": False,
                     },
                 ],
@@ -2745,7 +2745,7 @@ RULES = {
                         "outputs": [
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
-                        "gpu": True,
+                        "gpu": False,
                         "test": False,
                     },
                 ],
@@ -3000,7 +3000,7 @@ RULES = {
                         "outputs": [
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
-                        "gpu": True,
+                        "gpu": False,
                         "test": False,
                     },
                 ],
@@ -3305,7 +3305,7 @@ RULES = {
                         "outputs": [
                             {"kind": "out", "value": "{name}.manifest.json"},
                         ],
-                        "gpu": True,
+                        "gpu": False,
                         "test": False,
                     },
                 ],
