@@ -644,32 +644,60 @@ def test_editing_kiln_code_regenerates_what_it_renders(built: Built, tmp_path: P
     loader's class) must re-run analysis and the loader's FileWrite actions. A copy of
     kiln is edited, run through PYTHONPATH; the disk cache built above serves the torch
     actions, whose code did not change."""
-    kiln = tmp_path / "kiln-copy"
-    shutil.copytree(REPO / "tools", kiln / "tools", symlinks=True, ignore=_no_caches)
-    shutil.copytree(REPO / "rules", kiln / "rules", ignore=_no_caches)
-    workspace = tmp_path / "ws"
-    shutil.copytree(REPO / "models", workspace / "models", ignore=_no_caches)
-    (workspace / "WORKSPACE").write_text("")
-    env = {**SESSION_ENV, "PYTHONPATH": str(kiln / "tools")}
-    build = [
-        *(sys.executable, "-m", "kiln", "--nohome_rc", f"--output_base={tmp_path / 'base'}"),
-        *("build", TARGET),
-    ]
-    header = workspace / "kiln-out/models/mlp_pt2_loader/mlp_pt2.h"
+    copy = _KilnCopy(tmp_path)
+    header = copy.workspace / "kiln-out/models/mlp_pt2_loader/mlp_pt2.h"
 
-    first = _run(build, cwd=workspace, env=env, timeout=900)
-    _check(first, "kiln build (a copy of kiln)")
+    _check(copy.build(), "kiln build (a copy of kiln)")
     assert "class MlpPt2 {" in header.read_text()
 
-    templates = kiln / "tools/kiln/cc_templates.py"
-    text = templates.read_text()
     original = 'return f"Model{name}" if name[0].isdigit() else name'
-    edited = text.replace(original, 'return f"Edited{name}"')
-    assert edited != text
-    templates.write_text(edited)
-    second = _run(build, cwd=workspace, env=env, timeout=900)
-    _check(second, "kiln build after editing cc_templates.py")
+    copy.edit("cc_templates.py", original, 'return f"Edited{name}"')
+    _check(copy.build(), "kiln build after editing cc_templates.py")
     assert "class EditedMlpPt2 {" in header.read_text()
+
+
+@pytest.mark.torch
+def test_editing_an_action_module_reruns_its_actions_despite_a_cached_analysis(
+    built: Built, tmp_path: Path
+) -> None:
+    """Analysis puts each Python action's code digest in its key, and a build with
+    unchanged BUILD files replays the cached analysis: an edit of an action module must
+    make that analysis stale, or the build is served the old code's results (it was)."""
+    copy = _KilnCopy(tmp_path)
+    _check(copy.build(), "kiln build (a copy of kiln)")
+
+    copy.edit("actions/aoti_manifest.py", "import json\n", "import json  # edited\n")
+    second = copy.build("--explain")
+    _check(second, "kiln build after editing kiln/actions/aoti_manifest.py")
+    assert "EXPLAIN: AotiManifest //models:mlp_pt2: toolchain changed: kiln_actions" in (
+        second.stderr
+    )
+    assert ", 1 executed" in second.stderr  # the manifest alone: no other action runs again
+
+
+class _KilnCopy:
+    """A copy of kiln (run through PYTHONPATH) and of the models workspace, with an
+    output base of its own; the session's disk cache serves what its edits leave."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.kiln = tmp_path / "kiln-copy"
+        shutil.copytree(REPO / "tools", self.kiln / "tools", symlinks=True, ignore=_no_caches)
+        shutil.copytree(REPO / "rules", self.kiln / "rules", ignore=_no_caches)
+        self.workspace = tmp_path / "ws"
+        shutil.copytree(REPO / "models", self.workspace / "models", ignore=_no_caches)
+        (self.workspace / "WORKSPACE").write_text("")
+        self.env = {**SESSION_ENV, "PYTHONPATH": str(self.kiln / "tools")}
+        self.base = tmp_path / "base"
+
+    def build(self, *flags: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "kiln", "--nohome_rc", f"--output_base={self.base}"]
+        return _run([*argv, "build", TARGET, *flags], cwd=self.workspace, env=self.env, timeout=900)
+
+    def edit(self, module: str, old: str, new: str) -> None:
+        path = self.kiln / "tools/kiln" / module
+        text = path.read_text()
+        assert old in text, f"{module} no longer holds {old!r}"
+        path.write_text(text.replace(old, new, 1))
 
 
 def _no_caches(directory: str, names: list[str]) -> list[str]:
