@@ -52,7 +52,7 @@ def structure_facts(structure: Path) -> StructureFacts:
         return _from_program(structure)
 
 
-def decomposed_name(index: int) -> str:
+def _decomposed_name(index: int) -> str:
     """The k-th batch norm is the k-th `_native_batch_norm_legit_no_training` of the graph
     Torch-TensorRT decomposes it into (run_decompositions names them so)."""
     return BATCH_NORM if index == 0 else f"{BATCH_NORM}_{index}"
@@ -81,7 +81,7 @@ def _from_json(structure: Path) -> StructureFacts:
             if at is not None and len(arguments) > at:
                 value = arguments[at].get("as_float", arguments[at].get("as_int"))
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    eps[decomposed_name(len(eps))] = float(value)
+                    eps[_decomposed_name(len(eps))] = float(value)
     except (zipfile.BadZipFile, OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise _Unknown(repr(error)) from error
     used = frozenset(weight for arg, weight in weight_of.items() if arg in read)
@@ -127,5 +127,5 @@ def _from_program(structure: Path) -> StructureFacts:
             used.add(weight_of[node.name])
         at = _BATCH_NORMS.get(str(node.target))
         if at is not None and len(node.args) > at and isinstance(node.args[at], (int, float)):
-            eps[decomposed_name(len(eps))] = float(node.args[at])
+            eps[_decomposed_name(len(eps))] = float(node.args[at])
     return StructureFacts(batch_norm_eps=eps, used_weights=frozenset(used))
