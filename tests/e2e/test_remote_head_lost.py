@@ -99,6 +99,7 @@ def test_with_local_fallback_the_rest_of_the_build_runs_here(
         and built.err.count("lost the Ray cluster") == 1
     ), built.err
     assert "; running actions here instead (--remote_local_fallback)\n" in built.err
+    assert "dataclient.py" not in built.err and "logsclient.py" not in built.err
 
 
 def test_without_local_fallback_the_build_fails_with_one_line(
@@ -113,6 +114,7 @@ def test_without_local_fallback_the_build_fails_with_one_line(
         f"{cluster.address}: "
     ) in built.err
     assert built.err.count("lost the Ray cluster") == 1, built.err
+    assert "dataclient.py" not in built.err and "logsclient.py" not in built.err
     assert not (driver.root / "kiln-out/second.txt").exists()
 
 

@@ -7,7 +7,8 @@ nor the seconds of connecting.
 
 Unreachable is decided fast: a plain TCP connect to the head's client port
 (with --remote_timeout) before ray.init, whose own retries would take half a
-minute. Ray's client logs its chatter at INFO; kiln keeps only its errors.
+minute. Ray's client logs what it sees of a lost head; those lines are kept off the
+terminal (ray_log.py), as details of kiln's own error.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kiln.remote.executor import ExecutorUnreachable
 from kiln.remote_exec.address import RayAddress
 from kiln.remote_exec.protocol import RemoteTask, TaskResult
+from kiln.remote_exec.ray_log import RayLines, keep_ray_lines
 from kiln.remote_exec.routing import ClusterNode, Route
 
 if TYPE_CHECKING:
@@ -46,6 +48,7 @@ class Cluster:
         self._failed: str | None = None  # once unreachable, not tried again in this build
         self._nodes: list[ClusterNode] | None = None
         self._run_task: Any = None
+        self._ray_lines = RayLines()  # Ray's own log lines, once connecting imports ray
 
     # -- connecting -----------------------------------------------------------------
 
@@ -79,16 +82,16 @@ class Cluster:
             ) from None
         import ray
 
-        # Ray configures its loggers as it is imported; the warning that a thread other
-        # than the main one connects is not kiln's output.
-        logging.getLogger("ray").setLevel(logging.ERROR)
-
         from kiln.remote_exec import node_runner
+
+        self._ray_lines = keep_ray_lines()
+        # Kept at ERROR: Ray warns when a thread other than the main one connects.
+        logging.getLogger("ray").setLevel(logging.ERROR)
 
         for attempt in range(1, _CONNECT_ATTEMPTS + 1):
             try:
-                # logging_level: the client's own INFO lines are not kiln's output
                 ray.init(where, logging_level=logging.ERROR)
+                keep_ray_lines()  # ray.init gave every handler of "ray" its formatter
                 break
             except Exception as error:  # ConnectionError, a version mismatch, ...
                 with contextlib.suppress(Exception):
@@ -98,12 +101,10 @@ class Cluster:
                 if attempt == _CONNECT_ATTEMPTS:
                     text = _first_line(error)
                     raise ClusterUnreachable(
-                        f"cannot connect to the Ray cluster at {where}: {text}"
+                        f"cannot connect to the Ray cluster at {where}: {text}",
+                        details=self._ray_lines.text(),
                     ) from None
                 time.sleep(1.0)
-        # ray.init set this one's level of its own: a lost head would print "Log channel
-        # is reconnecting ..." (kiln says what it does about a lost cluster itself).
-        logging.getLogger("ray.util.client.logsclient").setLevel(logging.ERROR)
         self._run_task = ray.remote(node_runner.run_task)
 
     def close(self) -> None:
@@ -203,7 +204,7 @@ class Cluster:
         message = f"lost the Ray cluster at {self.address.url}: {_first_line(error)}"
         with self._lock:
             self._failed = message
-        return ClusterUnreachable(message)
+        return ClusterUnreachable(message, details=self._ray_lines.text())
 
 
 class TaskLost(Exception):
