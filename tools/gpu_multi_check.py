@@ -25,9 +25,11 @@ Checks (PASS / FAIL / INFO lines, also into $OUT/summary.txt):
     nvidia-smi   the GPUs that had compute processes are those the events name; every
                  process sampled ran only on GPUs its CUDA_VISIBLE_DEVICES named (read from
                  /proc where it can be); samples are matched to the action holding that
-                 GPU at that time (a persistent worker stays on its GPU between actions:
-                 samples no action explains are counted, not failed); where nvidia-smi lists
-                 no process at all (a container's pid namespace), INFO: not cross-checked
+                 GPU at that time (samples no action explains are counted, not failed); a
+                 persistent worker's fork (the action in it) gets its CUDA_VISIBLE_DEVICES
+                 after the fork, which /proc does not show: it passes where an action held
+                 that GPU then (within a second); where nvidia-smi lists no process at all
+                 (a container's pid namespace), INFO: not cross-checked
     keys         every build's action keys equal (the events' `key`, by label, mnemonic and
                  outputs)
     .pt2         the aoti packages equal byte for byte in every build (else the zip members
@@ -342,6 +344,10 @@ def visible_uuids(value: str | None, listed: Sequence[str]) -> set[str] | None:
     return names
 
 
+WORKER = "kiln.workers.main"  # in a persistent worker's command line, and its forks'
+_SLACK_MS = 1000  # a sample's time is taken before nvidia-smi runs; events are written after
+
+
 def attribute_samples(
     samples: Sequence[dict[str, Any]], intervals: Sequence[Interval], listed: Sequence[str]
 ) -> dict[str, Any]:
@@ -365,6 +371,15 @@ def attribute_samples(
                 per_action[name] = per_action.get(name, 0) + 1
         else:
             unexplained += 1
+        if WORKER in s.get("cmd", ""):
+            # An action forked from a worker: its CUDA_VISIBLE_DEVICES is not in /proc.
+            if not [
+                i
+                for i in gpu
+                if uuid in i.gpus and i.start_ms - _SLACK_MS <= t <= i.end_ms + _SLACK_MS
+            ]:
+                strays.append(f"pid {pid} (a worker's fork) on {uuid}, held by no action")
+            continue
         allowed = visible_uuids(s.get("visible"), listed)
         if allowed is not None and uuid not in allowed:
             strays.append(f"pid {pid} ({s.get('cmd', '?')}) on {uuid}, given {s['visible']!r}")

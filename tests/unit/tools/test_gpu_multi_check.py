@@ -233,6 +233,19 @@ def test_samples_are_matched_to_the_action_holding_the_gpu_and_strays_found() ->
     assert seen["strays"] == [f"pid 12 (rogue) on {B}, given {A!r}"]
 
 
+def test_a_workers_fork_passes_only_where_an_action_held_its_gpu() -> None:
+    """An action forked from a worker gets its CUDA_VISIBLE_DEVICES after the fork; /proc
+    shows the worker's (empty): the events say whether its GPU was held then."""
+    intervals = m.action_intervals(two_gpu_build())
+    fork = f"python -m {m.WORKER} --request-fd 3"
+    samples = [
+        {"t_ms": 1000, "pid": 20, "gpu": A, "visible": "", "cmd": fork},  # held
+        {"t_ms": 15000, "pid": 21, "gpu": B, "visible": "", "cmd": fork},  # B idle
+    ]
+    seen = m.attribute_samples(samples, intervals, [A, B])
+    assert seen["strays"] == [f"pid 21 (a worker's fork) on {B}, held by no action"]
+
+
 def test_zip_differences_names_the_members_that_differ(tmp_path: Path) -> None:
     def write(name: str, members: dict[str, bytes]) -> Path:
         path = tmp_path / name

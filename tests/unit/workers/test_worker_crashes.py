@@ -240,3 +240,34 @@ def test_worker_death_is_seen_while_a_forked_child_still_holds_its_pipes(
     response = pool.run(root.request())
     assert time.monotonic() - start < 10
     assert (response.exit_code, response.crashed) == (-signal.SIGKILL, True)
+
+
+def test_a_request_holding_gpus_never_waits_behind_the_limit(
+    make_execroot: MakeExecroot, tmp_path: Path
+) -> None:
+    """The scheduler bounds the requests holding GPUs (one per GPU): waiting for a worker
+    behind CPU actions would only leave their GPUs idle."""
+    release = tmp_path / "release"
+    cpu = make_execroot(f"""
+        import os, time
+        deadline = time.monotonic() + 120
+        while not os.path.exists({str(release)!r}) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    """)
+    gpu = make_execroot("print('on the GPU')")
+    with WorkerPool(sys.executable, max_instances=1, preload=()) as pool:
+        waiting = threading.Thread(target=pool.run, args=(cpu.request(),))
+        waiting.start()
+        try:
+            # The one worker runs the CPU action until `release` exists: this returns first.
+            response = pool.run(gpu.request(), holds_gpus=True)
+            cpu_still_running = waiting.is_alive()
+        finally:
+            release.touch()
+            waiting.join(timeout=60)
+        assert response.exit_code == 0 and gpu.out() == "on the GPU\n"
+        assert response.worker_id == "worker-2"  # beyond the limit of one
+        # Both stay, idle: later requests of either kind reuse them.
+        again = {pool.run(gpu.request(tag="again")).worker_id for _ in range(3)}
+        assert again <= {"worker-1", "worker-2"}
+    assert cpu_still_running

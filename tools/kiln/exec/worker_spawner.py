@@ -8,16 +8,15 @@ only at start-up (PYTHONHASHSEED, the locale, ...) come from the environment of
 that first request: the workers' actions share them, as their keys say.
 Lanes: the first environment's workers are worker-1.., the next env2-worker-1..
 
-A worker is bound to the GPUs it started with: CUDA reads CUDA_VISIBLE_DEVICES
-once, when a process first uses it, so a worker that ran a GPU action would
-keep those GPUs for every later one. Pools are therefore keyed by the GPU ids
-of the request too (gpu_pool.cuda_env): a worker never serves an action holding
-other GPUs, and a CPU action (CUDA_VISIBLE_DEVICES empty) only ever runs in a
-worker that could see none. A GPU pool holds one worker (its ids are held by
-one action at a time) and lives until an action holding any of its GPUs comes
-for another pool: then it is stopped, idle, so each GPU has at most one worker
-and the count stays bounded (CPU pools + one per GPU) on an 8-GPU host.
-GPU workers' lanes are gpu1-worker-1.., gpu2-worker-1.. in order of first use.
+A worker serves CPU and GPU actions alike: it runs nothing itself (each action
+runs in a fork of it: kiln.workers.forking) and sees no GPU (its own
+CUDA_VISIBLE_DEVICES is empty), so it never sets CUDA up; each action's fork
+gets the request's CUDA_VISIBLE_DEVICES before anything in it does (CUDA reads
+it once per process, in the fork). One pool per interpreter, then: a weights-only
+rebuild's GPU actions fork the worker that ModelWeights started instead of
+paying a worker start of their own, and no worker is bound to GPUs. An action
+holding GPUs does not wait behind CPU actions for a worker (pool.py:
+`holds_gpus`), so the GPUs of a host run side by side.
 With a sandbox, each worker starts in a sandbox of its own (kiln.sandbox.host), and
 each request carries the binds of its action's view: its execroot and inputs.
 """
@@ -49,10 +48,8 @@ class WorkerSpawner:
         self._sandbox = sandbox
         self._max_instances = max_instances
         self._preload = preload
-        self._pools: dict[tuple[str, str | None], WorkerPool] = {}  # by interpreter, GPUs
-        self._busy: dict[tuple[str, str | None], int] = {}  # run() calls in each pool
+        self._pools: dict[str, WorkerPool] = {}  # by interpreter
         self._environments: list[str] = []  # interpreters, in order of first use (lanes)
-        self._gpu_pools = 0  # GPU pools started so far (lanes)
         self._lock = threading.Lock()
         self._cancelled = False
 
@@ -81,13 +78,9 @@ class WorkerSpawner:
             request.timeout,
             sandbox=binds,
         )
-        key, pool = self._worker_pool(argv, request)
+        pool = self._worker_pool(argv, request)
         start = time.monotonic()
-        try:
-            response = pool.run(work)
-        finally:
-            with self._lock:
-                self._busy[key] -= 1
+        response = pool.run(work, holds_gpus=bool(request.env.get(CUDA_VISIBLE_DEVICES)))
         return SpawnResult(
             response.exit_code,
             time.monotonic() - start,
@@ -98,48 +91,27 @@ class WorkerSpawner:
             message=response.message,
         )
 
-    def _worker_pool(
-        self, argv: tuple[str, ...], request: SpawnRequest
-    ) -> tuple[tuple[str, str | None], WorkerPool]:
-        """The pool of this interpreter and these GPUs, counted busy until run() ends."""
+    def _worker_pool(self, argv: tuple[str, ...], request: SpawnRequest) -> WorkerPool:
+        """The pool of this interpreter, started by its first request."""
         python = argv[0] if argv else self._python
-        gpus = request.env.get(CUDA_VISIBLE_DEVICES)
-        key = (python, gpus)
-        stopped: list[WorkerPool] = []
         with self._lock:
-            pool = self._pools.get(key)
+            pool = self._pools.get(python)
             if pool is None:
                 from kiln.workers.pool import WorkerPool
 
-                if python not in self._environments:
-                    self._environments.append(python)
-                count = self._environments.index(python) + 1
-                lanes = "worker" if count == 1 else f"env{count}-worker"
-                if gpus:
-                    stopped = self._unbind(_ids(gpus))
-                    self._gpu_pools += 1
-                    lanes = f"gpu{self._gpu_pools}-{lanes}"
-                pool = self._pools[key] = WorkerPool(
+                self._environments.append(python)
+                count = len(self._environments)
+                env = {k: v for k, v in request.env.items() if k != "TMPDIR"}
+                env[CUDA_VISIBLE_DEVICES] = ""  # the worker itself never touches a GPU
+                pool = self._pools[python] = WorkerPool(
                     python,
-                    1 if gpus else self._max_instances,
+                    self._max_instances,
                     preload=self._preload,
-                    base_env={k: v for k, v in request.env.items() if k != "TMPDIR"},
-                    lanes=lanes,
+                    base_env=env,
+                    lanes="worker" if count == 1 else f"env{count}-worker",
                     launcher=None if self._sandbox is None else self._sandbox.worker_argv,
                 )
-            self._busy[key] = self._busy.get(key, 0) + 1
-        for old in stopped:
-            old.shutdown()
-        return key, pool
-
-    def _unbind(self, ids: set[str]) -> list[WorkerPool]:
-        """Take out the idle GPU pools bound to any of `ids` (their GPUs now go to another
-        pool: the scheduler gave them to this action); the caller stops them. A busy one
-        (a caller running two actions on one GPU) is kept."""
-        gone = [
-            key for key in self._pools if key[1] and _ids(key[1]) & ids and not self._busy.get(key)
-        ]
-        return [self._pools.pop(key) for key in gone]
+        return pool
 
     def cancel_all(self) -> None:
         self._cancelled = True
@@ -153,7 +125,3 @@ class WorkerSpawner:
             pools = list(self._pools.values())
         for pool in pools:
             pool.shutdown()
-
-
-def _ids(visible: str) -> set[str]:
-    return {i for i in visible.split(",") if i}

@@ -7,6 +7,11 @@
 Workers start lazily, at most `max_instances` of them, each identified by a
 slot ("worker-1" .. "worker-N") that a replacement takes over, so profile
 lanes stay few. run() is thread-safe: it blocks until a worker is free. A
+request that holds GPUs (`holds_gpus`) never waits: it starts a worker beyond
+the limit if none is idle, since the GPUs it holds are the scheduler's bound on
+how many such requests run at once (one per GPU), and it would otherwise wait
+behind CPU actions while its GPUs idle. So a pool has at most `max_instances`
+plus one worker per GPU of the build. A
 worker that dies (crash, os._exit, signal, timeout kill) fails only the action
 it was running, with crashed=True; the next run() starts a fresh one.
 
@@ -19,6 +24,7 @@ PYTHONWARNINGS, PYTHONUTF8, the locale, torch's thread pools) come from
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -67,14 +73,15 @@ class WorkerPool:
     def __exit__(self, *exc_info: object) -> None:
         self.shutdown()
 
-    def run(self, request: WorkRequest) -> WorkResponse:
-        """Run one action in a worker, blocking until one is free and the action has ended."""
+    def run(self, request: WorkRequest, *, holds_gpus: bool = False) -> WorkResponse:
+        """Run one action in a worker, blocking until one is free (unless it `holds_gpus`:
+        then one is started) and the action has ended."""
         module = request.module
         message = request.to_json()
         for key in ("cwd", "stdout_path", "stderr_path"):
             message[key] = os.path.abspath(message[key])  # the worker lives elsewhere
         try:
-            worker = self._acquire()
+            worker = self._acquire(beyond_limit=holds_gpus)
         except OSError as e:  # the interpreter cannot be started at all
             return WorkResponse(127, crashed=True, message=f"cannot start a worker: {e}")
         if worker is None:
@@ -118,7 +125,7 @@ class WorkerPool:
 
     # -- slots ----------------------------------------------------------------------
 
-    def _acquire(self) -> WorkerProcess | None:
+    def _acquire(self, *, beyond_limit: bool) -> WorkerProcess | None:
         dead: list[WorkerProcess] = []
         try:
             with self._cond:
@@ -132,8 +139,8 @@ class WorkerPool:
                             return worker
                         dead.append(worker)  # exited while idle (OOM killer, ...)
                         self._slots.discard(_slot(worker))
-                    if len(self._slots) < self._max_instances:
-                        slot = min(set(range(1, self._max_instances + 1)) - self._slots)
+                    if len(self._slots) < self._max_instances or beyond_limit:
+                        slot = next(i for i in itertools.count(1) if i not in self._slots)
                         self._slots.add(slot)
                         break
                     self._cond.wait()
