@@ -179,9 +179,14 @@ def keep_profiles(name: str, output: str) -> None:
 
 
 def actions_of(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """mnemonic -> {status, seconds} of a target's actions (FileWrites left out)."""
+    """mnemonic -> {status, seconds, lane} of a target's actions (FileWrites left out); the
+    lane says which worker ran it (a worker's first action carries its start)."""
     return {
-        str(e["mnemonic"]): {"status": e["status"], "seconds": round(float(e["seconds"]), 2)}
+        str(e["mnemonic"]): {
+            "status": e["status"],
+            "seconds": round(float(e["seconds"]), 2),
+            "lane": e.get("lane"),
+        }
         for e in events
         if e["mnemonic"] != "FileWrite"
     }
