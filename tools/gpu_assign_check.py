@@ -44,8 +44,9 @@ genrule(name = "gpu", outs = ["gpu.txt"], gpus = 1,
         cmd = "echo [$${CUDA_VISIBLE_DEVICES-unset}] > $@")
 genrule(name = "cpu", outs = ["cpu.txt"], cmd = "echo [$${CUDA_VISIBLE_DEVICES-unset}] > $@")
 """
-# Actions that need no GPU though their target is a GPU one.
-CPU_ACTIONS = {"FileWrite", "TrtLoader"}
+# Actions of a GPU target that hold no GPU: they write files, or render or read a package
+# without running it (AotiManifest reads the package's records: a plain process).
+CPU_ACTIONS = {"FileWrite", "TrtLoader", "AotiManifest"}
 results: list[str] = []
 
 
