@@ -10,6 +10,7 @@
 # replaces what Bazel 4.2.3 would fetch (@rules_cc, @rules_java,
 # @remote_coverage_tools) with the stubs in bazel/stubs (docs/bazel.md).
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/debian_packages.sh"
 
 find_bazel() {
     command -v bazel || { [[ -x /usr/bin/bazel ]] && echo /usr/bin/bazel; }
@@ -19,20 +20,7 @@ install() {
     if find_bazel; then
         return 0
     fi
-    if [[ $(id -u) != 0 ]]; then
-        echo "bazel is not installed; run this as root, or: sudo apt-get install bazel-bootstrap" >&2
-        return 1
-    fi
-    if ! command -v apt-get >/dev/null; then
-        echo "bazel is not installed and this is no Debian system (no apt-get)" >&2
-        return 1
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    local apt=(apt-get install -y -qq --no-install-recommends bazel-bootstrap)
-    if ! "${apt[@]}" >/dev/null 2>&1; then
-        apt-get update -qq
-        "${apt[@]}" >/dev/null
-    fi
+    debian_install bazel bazel-bootstrap || return 1
     find_bazel
 }
 

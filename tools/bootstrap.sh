@@ -13,13 +13,8 @@ want=$(sha256sum "$root/pyproject.toml" "$root/tools/bootstrap.sh" | sha256sum |
 # binutils' objdump: AotiCompile disassembles a CPU package's code to check it keeps
 # to its cpu_target (kiln.actions.isa_compile). Debian's binutils, installed as root.
 if ! command -v objdump >/dev/null; then
-    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-        export DEBIAN_FRONTEND=noninteractive
-        apt=(apt-get install -y -qq --no-install-recommends binutils)
-        "${apt[@]}" >/dev/null 2>&1 || { apt-get update -qq && "${apt[@]}" >/dev/null; }
-    else
-        echo "kiln: objdump is missing: install binutils (sudo apt-get install binutils)" >&2
-    fi
+    . "$root/tools/debian_packages.sh"
+    debian_install "kiln: objdump" binutils || true # the check then says so where it runs
 fi
 
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then

@@ -24,6 +24,7 @@
 #       127.0.0.1:PORT: CAS, ByteStream, action cache, execution and bots of the
 #       instance "" (KEEPALIVE_S: bot-session-keepalive-timeout, default 20).
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/debian_packages.sh"
 
 BUILDGRID_VERSION=0.9.1
 PYTHON_VERSION=3.13.0
@@ -73,26 +74,7 @@ postgres_install() {
     if pg_bindir; then
         return 0
     fi
-    if [[ $(id -u) != 0 ]]; then
-        echo "postgresql is not installed; run this as root, or: sudo apt-get install postgresql" >&2
-        return 1
-    fi
-    if ! command -v apt-get >/dev/null; then
-        echo "postgresql is not installed and this is no Debian system (no apt-get)" >&2
-        return 1
-    fi
-    # Never let the package start the system's cluster on port 5432.
-    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-        chmod 755 /usr/sbin/policy-rc.d
-        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    local apt=(apt-get install -y -qq --no-install-recommends postgresql)
-    if ! "${apt[@]}" >/dev/null 2>&1; then
-        apt-get update -qq
-        "${apt[@]}" >/dev/null
-    fi
+    debian_install --no-services postgresql postgresql || return 1
     pg_bindir
 }
 

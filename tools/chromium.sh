@@ -9,6 +9,7 @@
 #   tools/chromium.sh check
 #       Prints the binary's path; exit 1 if there is none.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/debian_packages.sh"
 
 package=chromium
 
@@ -25,20 +26,7 @@ install() {
     if find_chromium; then
         return 0
     fi
-    if [[ $(id -u) != 0 ]]; then
-        echo "missing: chromium - run this as root, or: sudo apt-get install $package" >&2
-        return 1
-    fi
-    if ! command -v apt-get >/dev/null; then
-        echo "missing: chromium - and this is no Debian system (no apt-get)" >&2
-        return 1
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    local apt=(apt-get install -y -qq --no-install-recommends "$package")
-    if ! "${apt[@]}" >/dev/null 2>&1; then
-        apt-get update -qq
-        "${apt[@]}" >/dev/null
-    fi
+    debian_install chromium "$package" || return 1
     check
 }
 

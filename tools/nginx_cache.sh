@@ -15,6 +15,7 @@
 # The configuration is what Bazel's documentation gives for nginx:
 # `dav_methods PUT; create_full_put_path on;`, with no body size limit.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/debian_packages.sh"
 
 find_nginx() {
     command -v nginx || { [[ -x /usr/sbin/nginx ]] && echo /usr/sbin/nginx; }
@@ -24,23 +25,7 @@ install() {
     if find_nginx; then
         return 0
     fi
-    if [[ $(id -u) != 0 ]]; then
-        echo "nginx is not installed; run this as root, or: sudo apt-get install nginx" >&2
-        return 1
-    fi
-    # Never let the package start the system's nginx on port 80 (containers usually
-    # forbid starting services already; where not, forbid it for this install).
-    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-        chmod 755 /usr/sbin/policy-rc.d
-        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    local apt=(apt-get install -y -qq --no-install-recommends nginx)
-    if ! "${apt[@]}" >/dev/null 2>&1; then
-        apt-get update -qq
-        "${apt[@]}" >/dev/null
-    fi
+    debian_install --no-services nginx nginx || return 1
     find_nginx
 }
 

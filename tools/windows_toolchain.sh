@@ -16,6 +16,7 @@
 #   tools/windows_toolchain.sh check
 #       Prints what is found; exit 1 if a part is missing.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/debian_packages.sh"
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 lock=$root/tools/windows/torch_win_amd64.lock
@@ -40,20 +41,7 @@ install() {
     if [[ -z $(missing) ]]; then
         return 0
     fi
-    if [[ $(id -u) != 0 ]]; then
-        echo "missing: $(missing | tr '\n' ' ')- run this as root, or: sudo apt-get install ${packages[*]}" >&2
-        return 1
-    fi
-    if ! command -v apt-get >/dev/null; then
-        echo "missing: $(missing | tr '\n' ' ')- and this is no Debian system (no apt-get)" >&2
-        return 1
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    local apt=(apt-get install -y -qq --no-install-recommends "${packages[@]}")
-    if ! "${apt[@]}" >/dev/null 2>&1; then
-        apt-get update -qq
-        "${apt[@]}" >/dev/null
-    fi
+    debian_install "$(missing | tr '\n' ' ' | sed 's/ $//')" "${packages[@]}" || return 1
     check
 }
 
