@@ -19,7 +19,9 @@ as given, a larger tensor overruns its slot) and only warns about a missing buff
 So the package's metadata lists its weights (kiln.weights: name -> [dtype, shape,
 strides], written by AotiJoin), and this refuses a file that misses one, has a name
 the package does not know, or a dtype or shape of its own; each tensor is copied into
-the strides the program was compiled for. The generated C++ loader does the same.
+the strides the program was compiled for, on the package's device (torch 2.13 refuses a
+CPU tensor for a CUDA package's constant; 2.11 copied it). The generated C++ loader does
+the same.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ from kiln.actions.spec import ActionFailure
 
 def checked(metadata: dict[str, str], weights: dict[str, Any], source: str) -> dict[str, Any]:
     """`weights` (name -> tensor) as the package takes them: every one it needs, in its
-    dtypes, shapes and strides; ActionFailure naming what is wrong otherwise."""
+    dtypes, shapes and strides, on its device; ActionFailure naming what is wrong otherwise."""
     import torch
+
+    device = metadata.get("AOTI_DEVICE_KEY", "cpu")  # torch's key: "cpu", "cuda", ...
 
     if "kiln.weights" not in metadata:
         raise ActionFailure("the package lists no weights (kiln.weights): was it built by kiln?")
@@ -61,7 +65,9 @@ def checked(metadata: dict[str, str], weights: dict[str, Any], source: str) -> d
         if have != dtype or list(value.shape) != shape:
             problems.append(f"'{name}' is {have} {list(value.shape)}, expected {dtype} {shape}")
             continue
-        out[name] = torch.empty_strided(shape, stride, dtype=value.dtype).copy_(value)
+        out[name] = torch.empty_strided(shape, stride, dtype=value.dtype, device=device).copy_(
+            value
+        )
     if problems:
         raise ActionFailure(f"weights {source} do not fit the package: {'; '.join(problems)}")
     return out
@@ -96,10 +102,18 @@ def load(path: str, weights: str | None = None) -> Package:
         loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, -1)
     except Exception as error:
         raise ActionFailure(f"the package {path} does not load: {summary(error)}") from error
-    package = Package(loader)
     if weights is not None:
-        from safetensors.torch import load_file
+        fill(loader, weights)
+    return Package(loader)
 
-        tensors = checked(package.metadata(), load_file(weights), weights)
-        loader.load_constants(tensors, False, True, False, False)
-    return package
+
+def fill(loader: Any, weights: str) -> None:
+    """Loads the weights file `weights` into an AOTIModelPackageLoader, checked.
+
+    Positionally only what torch 2.11 and 2.13 both take (constants, use_inactive,
+    check_full_update): 2.13 added a fifth, allow_h2d_copy, and a call passing it failed
+    every `weights = "separate"` CUDA package on the GPU machine's 2.11."""
+    from safetensors.torch import load_file
+
+    tensors = checked(dict(loader.get_metadata()), load_file(weights), weights)
+    loader.load_constants(tensors, False, True)
