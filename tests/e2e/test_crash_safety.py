@@ -5,9 +5,9 @@ sets another number for a longer run), each at a random moment of a build
 that has real work to do, spread over the whole build (loading, execution,
 CAS writes, placing outputs, saving state) because its duration is measured
 first and followed after (a build that ends before its kill counts for
-nothing and shortens the next window). Every trial checks every blob and action-cache entry that is new
-since the last check, and every file in kiln-out/. The count of trials and
-their time are in README.md ("Robustness").
+nothing and shortens the next window). Every trial checks every blob and
+action-cache entry that is new since the last check, and every file in
+kiln-out/. The count of trials and their time are in README.md ("Robustness").
 """
 
 from __future__ import annotations
