@@ -20,16 +20,30 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import cProfile  # imported for real only when a profile runs
 
 PROFILE_ENV = "KILN_ACTION_PROFILE"
 TOP_LINES = 60
 
-# The profile running in this process tree: (the pid that started it, the profile). A child
-# forked while it runs (AotiValidate runs its checks in one) inherits it still enabled, and
-# Python allows one profiler at a time: the child stops the inherited one and profiles its
-# own main, which it prints to the stdout its parent relays.
-_running: list[tuple[int, Any]] = []  # at most one entry; Any: cProfile loads lazily
+
+@dataclass
+class _Running:
+    """The profile running in this process tree, and the pid that started it.
+
+    A child forked while it runs (AotiValidate runs its checks in one) inherits it still
+    enabled, and Python allows one profiler at a time: the child stops the inherited one
+    and profiles its own main, which it prints to the stdout its parent relays.
+    """
+
+    pid: int = 0
+    profile: cProfile.Profile | None = None
+
+
+_running = _Running()
 
 
 @contextlib.contextmanager
@@ -42,21 +56,21 @@ def profiled(name: str) -> Iterator[None]:
     import cProfile
     import pstats
 
-    if _running and _running[0][0] == os.getpid():  # nested: the outer profile covers it
-        yield
+    if _running.profile is not None and _running.pid == os.getpid():
+        yield  # nested: the outer profile covers it
         return
-    if _running:
-        _running.pop()[1].disable()  # a forked child's copy of its parent's profile
+    if _running.profile is not None:
+        _running.profile.disable()  # a forked child's copy of its parent's profile
     lines = int(setting) if setting.isdigit() and setting != "1" else TOP_LINES
     profile = cProfile.Profile()
     started = time.monotonic()
     profile.enable()
-    _running.append((os.getpid(), profile))
+    _running.pid, _running.profile = os.getpid(), profile
     try:
         yield
     finally:
         profile.disable()
-        _running.clear()
+        _running.profile = None
         seconds = time.monotonic() - started
         text = io.StringIO()
         text.write(f"kiln-action-profile {name}: {seconds:.3f} s wall in the action's main\n")
