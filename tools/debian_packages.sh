@@ -14,8 +14,8 @@
 # nothing), and apt-get waits for anyone else's dpkg lock (DPkg::Lock::Timeout). The queue
 # also keeps one install's policy-rc.d from being removed under another's.
 #
-# KILN_APT_GET (a command) and KILN_DEBIAN_LOCK (a file) replace apt-get and the lock in
-# tests.
+# KILN_APT_GET (a command), KILN_DEBIAN_LOCK and KILN_POLICY_RC_D (files) replace apt-get,
+# the lock and /usr/sbin/policy-rc.d in tests.
 
 debian_install() {
     local services=1
@@ -41,10 +41,13 @@ debian_install() {
             echo "$what: waited 30 min for another kiln install to end (lock $lock)" >&2
             exit 1
         fi
-        if [[ $services == 0 && ! -e /usr/sbin/policy-rc.d ]]; then
-            printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-            chmod 755 /usr/sbin/policy-rc.d
-            trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+        # invoke-rc.d asks policy-rc.d before it starts a service; 101: "not allowed".
+        # One the machine has already is its owner's policy, and stays.
+        policy=${KILN_POLICY_RC_D:-/usr/sbin/policy-rc.d}
+        if [[ $services == 0 && ! -e $policy ]]; then
+            printf '#!/bin/sh\nexit 101\n' >"$policy"
+            chmod 755 "$policy"
+            trap 'rm -f "$policy"' EXIT
         fi
         export DEBIAN_FRONTEND=noninteractive
         wait_lock=(-o DPkg::Lock::Timeout=900)

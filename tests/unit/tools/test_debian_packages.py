@@ -36,6 +36,7 @@ def _install(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
         **os.environ,
         "KILN_APT_GET": str(tmp_path / "apt-get"),
         "KILN_DEBIAN_LOCK": str(tmp_path / "install.lock"),
+        "KILN_POLICY_RC_D": str(tmp_path / "policy-rc.d"),
     }
     script = f'. {REPO}/tools/debian_packages.sh && debian_install "$@"'
     return subprocess.Popen(
@@ -61,6 +62,45 @@ def test_installs_started_at_once_wait_for_one_another(tmp_path: Path) -> None:
     calls = (tmp_path / "calls").read_text().splitlines()
     assert len(calls) == 4  # each one install, none failed over to `update`
     assert all("DPkg::Lock::Timeout=" in c and "bazel-bootstrap" in c for c in calls)
+
+
+# Records what invoke-rc.d would be told while the packages install: policy-rc.d's exit
+# status (101: "starting a service is not allowed"), or "none".
+POLICY_RECORDING_APT_GET = """#!/usr/bin/env bash
+policy=$(dirname "$0")/policy-rc.d
+if [ -x "$policy" ]; then "$policy" nginx start; echo $? >>"$(dirname "$0")/policy"
+else echo none >>"$(dirname "$0")/policy"; fi
+"""
+
+
+def _policy_recording_apt_get(tmp_path: Path) -> None:
+    fake = tmp_path / "apt-get"
+    fake.write_text(POLICY_RECORDING_APT_GET)
+    fake.chmod(0o755)
+
+
+def test_no_services_forbids_starting_services_during_the_install_only(tmp_path: Path) -> None:
+    _policy_recording_apt_get(tmp_path)
+    install = _install(tmp_path, "--no-services", "nginx", "nginx")
+    assert install.wait(timeout=30) == 0
+    assert (tmp_path / "policy").read_text() == "101\n"
+    assert not (tmp_path / "policy-rc.d").exists()
+
+
+def test_services_may_start_without_no_services(tmp_path: Path) -> None:
+    _policy_recording_apt_get(tmp_path)
+    assert _install(tmp_path, "nginx", "nginx").wait(timeout=30) == 0
+    assert (tmp_path / "policy").read_text() == "none\n"
+
+
+def test_no_services_keeps_a_policy_the_machine_already_has(tmp_path: Path) -> None:
+    _policy_recording_apt_get(tmp_path)
+    owners = tmp_path / "policy-rc.d"
+    owners.write_text("#!/bin/sh\nexit 0\n")
+    owners.chmod(0o755)
+    assert _install(tmp_path, "--no-services", "nginx", "nginx").wait(timeout=30) == 0
+    assert (tmp_path / "policy").read_text() == "0\n"
+    assert owners.read_text() == "#!/bin/sh\nexit 0\n"
 
 
 def test_without_apt_get_it_says_what_is_missing_and_fails(tmp_path: Path) -> None:
