@@ -48,9 +48,9 @@ def _install(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def _fake_apt_get(tmp_path: Path) -> None:
+def _fake_apt_get(tmp_path: Path, script: str = FAKE_APT_GET) -> None:
     fake = tmp_path / "apt-get"
-    fake.write_text(FAKE_APT_GET)
+    fake.write_text(script)
     fake.chmod(0o755)
 
 
@@ -73,14 +73,8 @@ else echo none >>"$(dirname "$0")/policy"; fi
 """
 
 
-def _policy_recording_apt_get(tmp_path: Path) -> None:
-    fake = tmp_path / "apt-get"
-    fake.write_text(POLICY_RECORDING_APT_GET)
-    fake.chmod(0o755)
-
-
 def test_no_services_forbids_starting_services_during_the_install_only(tmp_path: Path) -> None:
-    _policy_recording_apt_get(tmp_path)
+    _fake_apt_get(tmp_path, POLICY_RECORDING_APT_GET)
     install = _install(tmp_path, "--no-services", "nginx", "nginx")
     assert install.wait(timeout=30) == 0
     assert (tmp_path / "policy").read_text() == "101\n"
@@ -88,13 +82,13 @@ def test_no_services_forbids_starting_services_during_the_install_only(tmp_path:
 
 
 def test_services_may_start_without_no_services(tmp_path: Path) -> None:
-    _policy_recording_apt_get(tmp_path)
+    _fake_apt_get(tmp_path, POLICY_RECORDING_APT_GET)
     assert _install(tmp_path, "nginx", "nginx").wait(timeout=30) == 0
     assert (tmp_path / "policy").read_text() == "none\n"
 
 
 def test_no_services_keeps_a_policy_the_machine_already_has(tmp_path: Path) -> None:
-    _policy_recording_apt_get(tmp_path)
+    _fake_apt_get(tmp_path, POLICY_RECORDING_APT_GET)
     owners = tmp_path / "policy-rc.d"
     owners.write_text("#!/bin/sh\nexit 0\n")
     owners.chmod(0o755)
