@@ -10,8 +10,9 @@ import pytest
 
 from tests.kiln_workspace import MakeWorkspace, Workspace
 
-# The fast tier's guard (-m "not torch"), and how `pytest -n 2` splits the suite.
-pytest_plugins = ["tests.torch_tier", "tests.parallel"]
+# The fast tier's guard (-m "not torch"), how `pytest -n 2` splits the suite, and the
+# check that no process the tests started outlives them.
+pytest_plugins = ["tests.torch_tier", "tests.parallel", "tests.leftover_processes"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

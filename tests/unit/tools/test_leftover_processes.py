@@ -1,0 +1,106 @@
+"""The suite's last check: a process a test started that outlives the tests fails the run,
+named with the test it came from, and is killed; another run's processes are not its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.leftover_processes import REPO, leftovers
+
+
+def _alive(pid: int) -> bool:
+    # A killed process stays a zombie until init reaps it: not running, not counted.
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _detached_sleep(env: dict[str, str], argv0: str = "sleep") -> int:
+    """A `sleep 300` whose parent is gone (as a daemon's is): its pid."""
+    started = subprocess.run(
+        ["sh", "-c", f'"{argv0}" 300 >/dev/null 2>&1 & echo $!'],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(started.stdout)
+
+
+def _stop(pid: int) -> None:
+    subprocess.run(["kill", "-9", str(pid)], check=False)
+
+
+def test_a_process_with_its_home_in_the_runs_temp_folder_is_found(tmp_path: Path) -> None:
+    run = tmp_path / "pytest-7"
+    env = {**os.environ, "HOME": str(run / "home0"), "PYTEST_CURRENT_TEST": "t.py::test_x (call)"}
+    pid = _detached_sleep(env)
+    try:
+        found = {p.pid: p for p in leftovers(run, tmp_path / "venv")}
+        assert pid in found
+        assert found[pid].test == "t.py::test_x (call)"
+        assert found[pid].command == "sleep 300"
+    finally:
+        _stop(pid)
+
+
+def test_another_runs_processes_are_not_counted(tmp_path: Path) -> None:
+    pid = _detached_sleep({**os.environ, "HOME": str(tmp_path / "pytest-70" / "home0")})
+    try:
+        assert pid not in {p.pid for p in leftovers(tmp_path / "pytest-7", tmp_path / "venv")}
+    finally:
+        _stop(pid)
+
+
+def test_an_orphan_running_the_checkouts_virtualenv_is_found(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "sleep").symlink_to("/bin/sleep")
+    pid = _detached_sleep(dict(os.environ), str(venv / "bin" / "sleep"))
+    try:
+        for _ in range(100):  # sh has exited once it printed; init adopts the sleep
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1] == "1":
+                break
+            time.sleep(0.05)
+        assert pid in {p.pid for p in leftovers(tmp_path / "pytest-7", venv)}
+    finally:
+        _stop(pid)
+
+
+LEAKING_TEST = """
+import os, subprocess
+
+def test_starts_a_daemon(tmp_path):
+    env = {**os.environ, "HOME": str(tmp_path)}
+    out = subprocess.run(["sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    (tmp_path.parent / "daemon.pid").write_text(out)
+"""
+
+
+def test_a_run_that_leaves_a_process_fails_names_its_test_and_kills_it(tmp_path: Path) -> None:
+    (tmp_path / "test_leaks.py").write_text(LEAKING_TEST)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    basetemp = tmp_path / "basetemp"  # never pytest's shared root: its clean-up is per run
+    plugins = ["-p", "tests.leftover_processes", "-p", "no:cacheprovider", "-p", "no:xdist"]
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", *plugins, f"--basetemp={basetemp}", "test_leaks.py"],
+        check=False,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO), "KILN_TEST_LEFTOVER_GRACE_S": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    pid = int((basetemp / "daemon.pid").read_text())
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "1 passed" in run.stdout
+    assert "1 process(es) outlived the tests (killed now):" in run.stdout
+    assert f"{pid} from test_leaks.py::test_starts_a_daemon (call): sleep 300" in run.stdout
+    assert not _alive(pid)
