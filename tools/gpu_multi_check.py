@@ -5,7 +5,8 @@
 
 A workspace (models/ plus the targets below) of GPU targets of similar cost: trt_engine of
 the mlp and of ResNet-18 at two shape ranges, aoti_package(device = "cuda") of both
-(MULTI_SET=mlp: four small mlp targets only, for a quick first call). It is built from
+(MULTI_SET=mlp: four small mlp targets only, for a quick first call; MULTI_SET=mlp_cuda: its
+two CUDA packages, which need no Torch-TensorRT). It is built from
 empty disk caches with --gpus=1 and --gpus=N (N: the GPUs `nvidia-smi -L` lists), ROUNDS
 (3) times each, alternating 1, N, 1, N, ...; each build in a workspace copy, disk cache,
 output base and XDG_CACHE_HOME of its own, under $STATE (/tmp/kiln-gpu-multi), so a later
@@ -134,6 +135,8 @@ SETS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] =
         (),
     ),
     "mlp": (MLP_BUILD, ("mlp_trt_multi", "mlp_trt_wide"), ("mlp_cuda", "mlp_cuda_sep"), ()),
+    # The CUDA packages of "mlp" only: one device call, no TensorRT-RTX bundle to unpack.
+    "mlp_cuda": (MLP_BUILD, (), ("mlp_cuda", "mlp_cuda_sep"), ()),
     "smoke": (SMOKE_BUILD, (), (), tuple(f"busy{i}" for i in range(4))),
 }
 

@@ -21,7 +21,8 @@
 #      a build starts only when 1.15 x the longest so far fits), then reports on every
 #      build so far (the engine comparison waits for a call with 150 s left); its last line
 #      says "every check passed" or how many failed, and what is still to run, if any.
-#      MULTI_SET=mlp (four small mlp targets) gives a quick first pass; ROUNDS=2 fewer builds.
+#      MULTI_SET=mlp (four small mlp targets) gives a quick first pass; ROUNDS=2 fewer builds;
+#      MULTI_SET=mlp_cuda (its two CUDA packages) needs no call 1.
 #
 # The machine has python3 with a CUDA torch (2.11, Python 3.12), no network. What it needs:
 #

@@ -267,10 +267,11 @@ def test_file_digests_walk_the_output_tree(tmp_path: Path) -> None:
 
 
 def test_the_added_targets_are_the_ones_each_set_names() -> None:
-    for extra, trt, aoti, other in m.SETS.values():
+    for name, (extra, trt, aoti, other) in m.SETS.items():
         for target in (*trt, *aoti, *other):
             assert f'name = "{target}"' in extra
-        assert len(trt) + len(aoti) + len(other) >= 4
+        if name != "mlp_cuda":  # "mlp"'s CUDA half, a one-call check; the run needs four
+            assert len(trt) + len(aoti) + len(other) >= 4
 
 
 def test_compare_outputs_checks_keys_and_pt2_bytes_of_the_builds_that_succeeded(
