@@ -12,9 +12,10 @@ each with the test it came from; then it kills them.
 A process belongs to this run when what it was started with points into the run's
 temporary folder (pytest's basetemp): every test runs with HOME and XDG_CACHE_HOME
 there (conftest.py), which its children inherit, and the servers' configurations and
-data live there. A daemon whose parent is gone (its parent is now init) and that runs
-this checkout's virtualenv belongs to it too. Another suite running beside this one
-has its own basetemp and checkout, so its processes are never counted.
+data live there. Another suite running beside this one has its own basetemp, so its
+processes are never counted. (Matching the checkout's virtualenv as well would not
+be: a pytest run inside a test, as this plugin's own test does, shares it with the
+suite around it, and would count, and kill, the suite's kiln workers.)
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import pytest
 # lifeline) exit a moment after it; a loaded machine makes that moment longer. The
 # plugin's own test sets a short one.
 GRACE_S = float(os.environ.get("KILN_TEST_LEFTOVER_GRACE_S", "60"))
-REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -64,13 +64,13 @@ def _ancestors(pid: int) -> set[int]:
     return found
 
 
-def leftovers(basetemp: Path, venv: Path) -> list[Leftover]:
-    """The processes that belong to a run whose temporary folder is `basetemp` and whose
-    virtualenv is `venv`, but for this process and its ancestors. (xdist's workers were
-    started before any test, so nothing of theirs points into basetemp.)"""
+def leftovers(basetemp: Path) -> list[Leftover]:
+    """The processes that belong to a run whose temporary folder is `basetemp`, but for
+    this process and its ancestors. (xdist's workers were started before any test, so
+    nothing of theirs points into basetemp.)"""
     mine = _ancestors(os.getpid())
     # With the separator: another suite's pytest-30 is not inside this one's pytest-3.
-    temp, env_bin = os.fsencode(basetemp) + b"/", os.fsencode(venv) + b"/"
+    temp = os.fsencode(basetemp) + b"/"
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) in mine:
@@ -86,18 +86,17 @@ def leftovers(basetemp: Path, venv: Path) -> list[Leftover]:
             (environ.get(name, b"") + b"/").startswith(temp)
             for name in (b"HOME", b"XDG_CACHE_HOME")
         )
-        orphan_of_venv = _parent(proc) == 1 and argv[0].startswith(env_bin)
-        if started_here or orphan_of_venv:
+        if started_here:
             command = b" ".join(argv).decode(errors="replace").strip()
             test = environ.get(b"PYTEST_CURRENT_TEST", b"").decode(errors="replace")
             found.append(Leftover(int(proc.name), command, test))
     return found
 
 
-def wait_for_leftovers(basetemp: Path, venv: Path, grace_s: float) -> list[Leftover]:
+def wait_for_leftovers(basetemp: Path, grace_s: float) -> list[Leftover]:
     """Leftovers still there after `grace_s`; [] as soon as none is."""
     deadline = time.monotonic() + grace_s
-    while (found := leftovers(basetemp, venv)) and time.monotonic() < deadline:
+    while (found := leftovers(basetemp)) and time.monotonic() < deadline:
         time.sleep(0.5)
     return found
 
@@ -110,7 +109,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     factory = getattr(config, "_tmp_path_factory", None)
     if factory is None or getattr(factory, "_basetemp", None) is None:
         return  # no test made a temporary folder, so none started anything there
-    found = wait_for_leftovers(factory.getbasetemp(), REPO / ".venv", GRACE_S)
+    found = wait_for_leftovers(factory.getbasetemp(), GRACE_S)
     if not found:
         return
     for leftover in found:
