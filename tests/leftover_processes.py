@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kiln import process_tree
 
 # Processes that learn their parent died through a pipe's end of file (kiln's workers'
 # lifeline) exit a moment after it; a loaded machine makes that moment longer. The
@@ -49,18 +50,11 @@ def _read(path: Path) -> bytes:
         return b""  # gone meanwhile, or not ours to read
 
 
-def _parent(proc: Path) -> int:
-    # /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces and parentheses.
-    stat = _read(proc / "stat")
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return int(fields[1]) if len(fields) > 1 else 0
-
-
-def _ancestors(pid: int) -> set[int]:
+def _ancestors(pid: int, parents: dict[int, int]) -> set[int]:
     found = set()
     while pid > 1 and pid not in found:
         found.add(pid)
-        pid = _parent(Path(f"/proc/{pid}"))
+        pid = parents.get(pid, 0)
     return found
 
 
@@ -68,13 +62,15 @@ def leftovers(basetemp: Path) -> list[Leftover]:
     """The processes that belong to a run whose temporary folder is `basetemp`, but for
     this process and its ancestors. (xdist's workers were started before any test, so
     nothing of theirs points into basetemp.)"""
-    mine = _ancestors(os.getpid())
+    table = process_tree.processes()
+    mine = _ancestors(os.getpid(), {pid: ppid for pid, ppid, _ in table})
     # With the separator: another suite's pytest-30 is not inside this one's pytest-3.
     temp = os.fsencode(basetemp) + b"/"
     found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) in mine:
+    for pid, _, state in table:
+        if pid in mine or state == b"Z":  # a zombie has exited; init reaps it
             continue
+        proc = Path(f"/proc/{pid}")
         argv = _read(proc / "cmdline").split(b"\0")
         environ = dict(
             entry.split(b"=", 1) for entry in _read(proc / "environ").split(b"\0") if b"=" in entry
@@ -89,7 +85,7 @@ def leftovers(basetemp: Path) -> list[Leftover]:
         if started_here:
             command = b" ".join(argv).decode(errors="replace").strip()
             test = environ.get(b"PYTEST_CURRENT_TEST", b"").decode(errors="replace")
-            found.append(Leftover(int(proc.name), command, test))
+            found.append(Leftover(pid, command, test))
     return found
 
 

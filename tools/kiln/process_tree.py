@@ -47,7 +47,7 @@ def become_subreaper() -> bool:
 def descendants(root: int, *, keep: Collection[int] = ()) -> list[int]:
     """The live processes below `root` (by parent links), but none in or under `keep`."""
     children: dict[int, list[int]] = {}
-    for pid, ppid, state in _processes():
+    for pid, ppid, state in processes():
         if state != b"Z":
             children.setdefault(ppid, []).append(pid)
     found: list[int] = []
@@ -81,7 +81,7 @@ def _reap_children(keep: Collection[int]) -> bool:
     to reap or still runs."""
     me = os.getpid()
     left = False
-    for pid, ppid, _ in _processes():
+    for pid, ppid, _ in processes():
         if ppid == me and pid not in keep:
             left = True
             with contextlib.suppress(ChildProcessError):
@@ -89,7 +89,7 @@ def _reap_children(keep: Collection[int]) -> bool:
     return left
 
 
-def _processes() -> list[tuple[int, int, bytes]]:
+def processes() -> list[tuple[int, int, bytes]]:
     """(pid, parent pid, state) of every process this one can see."""
     found = []
     for name in os.listdir("/proc"):

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kiln import process_tree
+
 from tests.leftover_processes import leftovers
 
 REPO = Path(__file__).resolve().parents[3]
@@ -15,11 +17,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 def _alive(pid: int) -> bool:
     # A killed process stays a zombie until init reaps it: not running, not counted.
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
+    return any(p == pid and state != b"Z" for p, _, state in process_tree.processes())
 
 
 def _detached_sleep(env: dict[str, str]) -> int:
@@ -79,7 +77,11 @@ def test_a_run_that_leaves_a_process_fails_names_its_test_and_kills_it(tmp_path:
         [sys.executable, "-m", "pytest", *plugins, f"--basetemp={basetemp}", "test_leaks.py"],
         check=False,
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO), "KILN_TEST_LEFTOVER_GRACE_S": "1"},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+            "KILN_TEST_LEFTOVER_GRACE_S": "1",
+        },
         capture_output=True,
         text=True,
         timeout=120,
