@@ -6,6 +6,8 @@ details of kiln's error (--verbose_failures)."""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import Any
 
 import grpc
@@ -37,6 +39,44 @@ def test_rays_errors_reach_no_terminal_but_are_kept(capfd: pytest.CaptureFixture
 def test_keeping_twice_is_one_handler() -> None:
     assert keep_ray_lines() is keep_ray_lines()
     assert logging.getLogger("ray").handlers == [keep_ray_lines()]
+
+
+def test_an_exception_ending_one_of_grpcs_threads_is_kept_not_printed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    printed: list[threading.ExceptHookArgs] = []  # what Python's own hook would print
+    monkeypatch.setattr(threading, "excepthook", printed.append)
+    kept = keep_ray_lines()
+    # Ray's client closes its channel with a connectivity subscription still live; gRPC's
+    # polling thread then raises on the closed channel. A subscription that asked to
+    # connect makes that certain here (in Ray it is a race).
+    channel = grpc.insecure_channel("127.0.0.1:1")
+    channel.subscribe(lambda _: None)
+    channel.subscribe(lambda _: None, try_to_connect=True)
+    channel.close()
+    deadline = time.monotonic() + 30
+    while "Channel closed!" not in (kept.text() or "") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "Channel closed!" in (kept.text() or "")
+    assert printed == []
+
+
+def test_an_exception_ending_anyone_elses_thread_is_still_printed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    printed: list[threading.ExceptHookArgs] = []
+    monkeypatch.setattr(threading, "excepthook", printed.append)
+    keep_ray_lines()
+    keep_ray_lines()  # wrapped once, not twice
+
+    def fails() -> None:
+        raise RuntimeError("a thread of kiln's own")
+
+    thread = threading.Thread(target=fails)
+    thread.start()
+    thread.join()
+    assert [str(args.exc_value) for args in printed] == ["a thread of kiln's own"]
+    assert "a thread of kiln's own" not in (keep_ray_lines().text() or "")
 
 
 class _Unavailable(grpc.RpcError):

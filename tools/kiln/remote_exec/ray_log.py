@@ -7,6 +7,11 @@ it has to say about it ("lost the Ray cluster ...; running actions here instead"
 Those lines are not kiln's output: they are kept here instead, the last few, and
 shown as an error's details (--verbose_failures) where kiln reports the cluster
 unreachable.
+
+So are exceptions that end one of Ray's or gRPC's own threads. Ray's client closes its
+gRPC channel when the head is lost without first ending the channel's connectivity
+subscription; gRPC's polling thread then raises "Cannot monitor channel state: Channel
+closed!" now and then (a race), and Python would print that thread's traceback.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import traceback
+from types import TracebackType
 
 _KEPT = 40  # the last lines; a lost head logs a handful, a flapping one many
 
@@ -32,6 +39,9 @@ class RayLines(logging.Handler):
         except Exception:  # a record that cannot be formatted is not worth a crash
             self.handleError(record)
 
+    def keep(self, line: str) -> None:
+        self._lines.append(line)
+
     def text(self) -> str | None:
         """What Ray said, for an error's details; None if nothing."""
         lines = list(self._lines)
@@ -40,14 +50,49 @@ class RayLines(logging.Handler):
 
 _lock = threading.Lock()
 _kept = RayLines()  # one per process, as Ray's loggers are
+_THEIR_PACKAGES = frozenset({"ray", "grpc"})
+
+
+def _raised_in_their_code(trace: TracebackType | None) -> bool:
+    """Whether a frame of the traceback is Ray's or gRPC's (Cython frames included:
+    their globals are the extension module's)."""
+    return any(
+        str(frame.f_globals.get("__name__", "")).partition(".")[0] in _THEIR_PACKAGES
+        for frame, _ in traceback.walk_tb(trace)
+    )
+
+
+def _keep_their_thread_errors() -> None:
+    """Route exceptions that end a thread inside Ray's or gRPC's code to the kept lines;
+    every other thread's to the hook that was there before (Python's prints them)."""
+    previous = threading.excepthook
+
+    def keep_theirs(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is SystemExit or not _raised_in_their_code(args.exc_traceback):
+            previous(args)
+            return
+        name = args.thread.name if args.thread is not None else "?"
+        error = "".join(traceback.format_exception_only(args.exc_type, args.exc_value))
+        _kept.keep(f"ERROR exception in thread {name}: {error.strip()}")
+
+    threading.excepthook = keep_theirs
+    _hooks_keeping.add(keep_theirs)
+
+
+# Ours, to wrap the hook only once however often keep_ray_lines runs, yet again where
+# another hook replaced ours (pytest does so for each test).
+_hooks_keeping: set[object] = set()
 
 
 def keep_ray_lines() -> RayLines:
     """Make Ray's loggers write only to the kept lines. Call it after `import ray`, which
     installs Ray's own handler, and again after `ray.init`, which imports the client's
     modules: their log channel's logger does not propagate and has no handler, so Python
-    would print its warnings bare on stderr. The same handler for every call."""
+    would print its warnings bare on stderr. The same handler for every call. Exceptions
+    ending Ray's or gRPC's threads are kept too, from the first call on."""
     with _lock:
+        if threading.excepthook not in _hooks_keeping:
+            _keep_their_thread_errors()
         ray_logger = logging.getLogger("ray")
         ray_logger.handlers = [_kept]
         ray_logger.propagate = False  # the root logger's handlers are no better a place
