@@ -26,18 +26,16 @@ setting or a torch version that folds values anyway fails here, never silently.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import platform
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from kiln.action_specs import CompileSpec
 from kiln.actions import spec as action_spec
+from kiln.actions.environment import environment
 from kiln.actions.errors import ActionError, summary
 from kiln.actions.inductor_cache import private_inductor_cache
 from kiln.actions.isa_compile import check_package, compile_env, isa_configs, pinned_vec_isa
@@ -75,7 +73,7 @@ def main(spec: CompileSpec) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
     with (
         private_inductor_cache(spec) as cache,
-        _environment(
+        environment(
             TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
             TRITON_CACHE_DIR=str(cache / "triton"),
             **compile_env(spec.cpu_isa),
@@ -182,21 +180,6 @@ def compile_key(spec: CompileSpec, torch_version: str) -> str:
 def file_digest(path: Path) -> str:
     with path.open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-@contextlib.contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    """os.environ with `values` set while the block runs: a worker runs other actions after."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 if __name__ == "__main__":

@@ -41,12 +41,12 @@ from unittest import mock
 from kiln.action_specs import CompileSpec
 from kiln.actions import spec as action_spec
 from kiln.actions.aoti_compile import METADATA, SPLIT_CONFIGS, THREAD_CONFIGS, compile_key
+from kiln.actions.environment import environment
 from kiln.actions.errors import ActionError, summary
 from kiln.actions.inductor_cache import private_inductor_cache
 from kiln.actions.isa_compile import check_package, compile_env, isa_configs, pinned_vec_isa
 from kiln.actions.temp_state import pin_temp_dirs
 from kiln.actions.windows import constant_table, torch_libs
-from kiln.actions.windows.environment import environment
 from kiln.windows_specs import WindowsCompileSpec
 
 __data_files__ = ("actions/windows/omp_serial.c",)
