@@ -67,15 +67,23 @@ def test_an_exception_ending_anyone_elses_thread_is_still_printed(
     printed: list[threading.ExceptHookArgs] = []
     monkeypatch.setattr(threading, "excepthook", printed.append)
     keep_ray_lines()
-    keep_ray_lines()  # wrapped once, not twice
+    hook = threading.excepthook
+    keep_ray_lines()
+    assert threading.excepthook is hook  # wrapped once, however often kiln keeps the lines
 
     def fails() -> None:
         raise RuntimeError("a thread of kiln's own")
 
-    thread = threading.Thread(target=fails)
-    thread.start()
-    thread.join()
-    assert [str(args.exc_value) for args in printed] == ["a thread of kiln's own"]
+    def fails_inside_grpc() -> None:  # kiln's thread still, though gRPC raised
+        channel = grpc.insecure_channel("127.0.0.1:1")
+        channel.close()
+        channel.unary_unary("/a.Service/Method")(b"")
+
+    for target in (fails, fails_inside_grpc):
+        thread = threading.Thread(target=target)
+        thread.start()
+        thread.join()
+    assert [type(args.exc_value).__name__ for args in printed] == ["RuntimeError", "ValueError"]
     assert "a thread of kiln's own" not in (keep_ray_lines().text() or "")
 
 

@@ -53,13 +53,15 @@ _kept = RayLines()  # one per process, as Ray's loggers are
 _THEIR_PACKAGES = frozenset({"ray", "grpc"})
 
 
-def _raised_in_their_code(trace: TracebackType | None) -> bool:
-    """Whether a frame of the traceback is Ray's or gRPC's (Cython frames included:
-    their globals are the extension module's)."""
-    return any(
-        str(frame.f_globals.get("__name__", "")).partition(".")[0] in _THEIR_PACKAGES
-        for frame, _ in traceback.walk_tb(trace)
-    )
+def _a_thread_of_theirs(trace: TracebackType | None) -> bool:
+    """Whether the thread runs Ray's or gRPC's code: its first frame past `threading`'s
+    is theirs (Cython frames included: their globals are the extension module's). A
+    thread of kiln's that fails inside a call to Ray is kiln's, and printed."""
+    for frame, _ in traceback.walk_tb(trace):
+        package = str(frame.f_globals.get("__name__", "")).partition(".")[0]
+        if package != "threading":
+            return package in _THEIR_PACKAGES
+    return False
 
 
 def _keep_their_thread_errors() -> None:
@@ -68,7 +70,7 @@ def _keep_their_thread_errors() -> None:
     previous = threading.excepthook
 
     def keep_theirs(args: threading.ExceptHookArgs) -> None:
-        if args.exc_type is SystemExit or not _raised_in_their_code(args.exc_traceback):
+        if args.exc_type is SystemExit or not _a_thread_of_theirs(args.exc_traceback):
             previous(args)
             return
         name = args.thread.name if args.thread is not None else "?"
