@@ -51,6 +51,9 @@ class RayLines(logging.Handler):
 _lock = threading.Lock()
 _kept = RayLines()  # one per process, as Ray's loggers are
 _THEIR_PACKAGES = frozenset({"ray", "grpc"})
+# Our thread hooks, to wrap threading.excepthook only once however often keep_ray_lines
+# runs, yet again where another hook replaced ours (pytest does so for each test).
+_hooks_keeping: set[object] = set()
 
 
 def _a_thread_of_theirs(trace: TracebackType | None) -> bool:
@@ -65,7 +68,7 @@ def _a_thread_of_theirs(trace: TracebackType | None) -> bool:
 
 
 def _keep_their_thread_errors() -> None:
-    """Route exceptions that end a thread inside Ray's or gRPC's code to the kept lines;
+    """Route exceptions that end one of Ray's or gRPC's threads to the kept lines;
     every other thread's to the hook that was there before (Python's prints them)."""
     previous = threading.excepthook
 
@@ -79,11 +82,6 @@ def _keep_their_thread_errors() -> None:
 
     threading.excepthook = keep_theirs
     _hooks_keeping.add(keep_theirs)
-
-
-# Ours, to wrap the hook only once however often keep_ray_lines runs, yet again where
-# another hook replaced ours (pytest does so for each test).
-_hooks_keeping: set[object] = set()
 
 
 def keep_ray_lines() -> RayLines:
